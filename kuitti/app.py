@@ -1,0 +1,166 @@
+"""create_app(): routers, middleware, error handlers — nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from kuitti import __version__
+from kuitti.clock import Clock, SystemClock
+from kuitti.config import Settings, load_settings
+from kuitti.db import Database
+from kuitti.dbmigrate import schema_is_current
+from kuitti.deps import Services
+from kuitti.errors import ErrorDetail, KuittiError
+from kuitti.logs import configure_logging, log
+from kuitti.middleware import RequestContextMiddleware
+from kuitti.receipts.routes import router as receipts_router
+from kuitti.receipts.schema import Receipt, TokenReceiptRequest
+from kuitti.responses import ORJSONResponse
+from kuitti.webhooks.worker import run_worker
+
+ROUTERS = (receipts_router,)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    db: Database | None = None,
+    clock: Clock | None = None,
+    run_worker_in_process: bool = False,
+) -> FastAPI:
+    settings = settings or load_settings()
+    configure_logging(settings.log_level, json=settings.log_json)
+    db = db or Database(settings.resolved_database_url, pool_size=settings.db_pool_size)
+    services = Services(settings=settings, db=db, clock=clock or SystemClock())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        worker = asyncio.create_task(run_worker(services, stop)) if run_worker_in_process else None
+        try:
+            yield
+        finally:
+            stop.set()
+            if worker is not None:
+                await worker
+
+    app = FastAPI(
+        title="kuitti",
+        version=__version__,
+        summary="An open digital receipt service.",
+        lifespan=lifespan,
+        default_response_class=ORJSONResponse,
+        redirect_slashes=False,
+    )
+    app.state.services = services
+    for router in ROUTERS:
+        _add_slash_twins(router)
+        app.include_router(router)
+    _add_operations_routes(app, services)
+    _add_error_handlers(app)
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _add_operations_routes(app: FastAPI, services: Services) -> None:
+    @app.get("/healthz", tags=["operations"], summary="The process is alive")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["operations"], summary="The database answers and is migrated")
+    def readyz() -> ORJSONResponse:
+        try:
+            current = schema_is_current(services.db)
+        except Exception as exc:  # readiness reports every failure as not ready
+            return ORJSONResponse({"status": "unavailable", "reason": str(exc)}, 503)
+        if not current:
+            return ORJSONResponse(
+                {"status": "unavailable", "reason": "run 'kuitti db upgrade'"}, 503
+            )
+        return ORJSONResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _add_slash_twins(router: APIRouter) -> None:
+    """Every API path answers with and without its trailing slash, without a redirect."""
+    if getattr(router, "has_slash_twins", False):
+        return
+    router.has_slash_twins = True  # type: ignore[attr-defined]
+    for route in list(router.routes):
+        if not isinstance(route, APIRoute) or not route.path.startswith("/api/"):
+            continue
+        twin = route.path[:-1] if route.path.endswith("/") else route.path + "/"
+        router.add_api_route(
+            twin.removeprefix(router.prefix),
+            route.endpoint,
+            methods=sorted(route.methods or ()),
+            response_class=route.response_class,
+            include_in_schema=False,
+            dependencies=route.dependencies,
+            status_code=route.status_code,
+        )
+
+
+def _error_response(details: list[ErrorDetail], status: int, **kwargs: Any) -> ORJSONResponse:
+    body: object = details[0].as_json() if len(details) == 1 else [d.as_json() for d in details]
+    return ORJSONResponse(body, status_code=status, **kwargs)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(KuittiError)
+    async def kuitti_error(_request: Request, exc: KuittiError) -> Response:
+        return _error_response(exc.details(), exc.status_code, headers=exc.headers())
+
+    @app.exception_handler(RequestValidationError)
+    async def request_invalid(_request: Request, exc: RequestValidationError) -> Response:
+        details = [
+            ErrorDetail(
+                "missing_field" if e["type"] == "missing" else "invalid_value",
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}",
+            )
+            for e in exc.errors()
+        ]
+        return _error_response(details, 400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return _error_response([ErrorDetail(code, str(exc.detail))], exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def crashed(_request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error", error=type(exc).__name__)
+        return _error_response(
+            [ErrorDetail("internal_error", "Something went wrong on our side; nothing was saved.")],
+            500,
+        )
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title, version=app.version, summary=app.summary, routes=app.routes
+    )
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for model in (Receipt, TokenReceiptRequest):
+        model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(model_schema.pop("$defs", {}))
+        components[model.__name__] = model_schema
+    app.openapi_schema = schema
+    return schema

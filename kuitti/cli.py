@@ -1,0 +1,236 @@
+"""The ``kuitti`` operator command line (SPEC §3).
+
+Every command that creates something takes ``--json`` and then prints exactly one JSON object.
+Secrets are printed once, at creation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from typing import Annotated, Any, NoReturn
+
+import orjson
+import typer
+from pydantic import ValidationError
+
+from kuitti.clock import SystemClock
+from kuitti.config import Settings, load_settings
+from kuitti.db import Database
+from kuitti.dbmigrate import schema_is_current, upgrade
+from kuitti.deps import Services
+from kuitti.models import PartnerRole
+from kuitti.partners import service as partners
+from kuitti.security import SecretBox
+
+app = typer.Typer(
+    help="kuitti, an open digital receipt service.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+partner_app = typer.Typer(help="Partners: merchants, apps, card issuers, pilot banks.")
+user_app = typer.Typer(help="Service users.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(partner_app, name="partner")
+app.add_typer(user_app, name="user")
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def fail(message: str) -> NoReturn:
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(2)
+
+
+def settings_or_exit() -> Settings:
+    try:
+        return load_settings()
+    except ValidationError as exc:
+        lines = [
+            f"  KUITTI_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            for e in exc.errors()
+        ]
+        fail("invalid settings:\n" + "\n".join(lines))
+
+
+def open_services(*, migrate_sqlite: bool = True) -> Services:
+    """Settings, database and clock for a command; an embedded SQLite is migrated on the spot."""
+    settings = settings_or_exit()
+    db = Database(settings.resolved_database_url, pool_size=settings.db_pool_size)
+    if db.is_sqlite and migrate_sqlite:
+        upgrade(db)
+    elif not schema_is_current(db):
+        fail("the database schema is not current: run 'kuitti db upgrade'")
+    return Services(settings=settings, db=db, clock=SystemClock())
+
+
+def emit(data: dict[str, Any], as_json: bool, human: str) -> None:
+    if as_json:
+        sys.stdout.write(orjson.dumps(data).decode() + "\n")
+    else:
+        typer.echo(human)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, help="Server processes.")] = 1,
+    no_worker: Annotated[
+        bool, typer.Option("--no-worker", help="Do not run the delivery worker in-process.")
+    ] = False,
+) -> None:
+    """Run the service (and, unless --no-worker, the delivery worker in-process)."""
+    import uvicorn
+
+    services = open_services()
+    services.db.dispose()
+    os.environ["KUITTI_INTERNAL_RUN_WORKER"] = "0" if no_worker else "1"
+    uvicorn.run(
+        "kuitti.cli:server_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+        proxy_headers=True,
+        server_header=False,
+    )
+
+
+def server_app() -> Any:
+    """The ASGI app that ``kuitti serve`` runs in each server process."""
+    from kuitti.app import create_app
+
+    run_worker = os.environ.get("KUITTI_INTERNAL_RUN_WORKER", "1") == "1"
+    return create_app(settings_or_exit(), run_worker_in_process=run_worker)
+
+
+@app.command()
+def worker() -> None:
+    """Run the delivery worker alone (webhooks and e-mail)."""
+    from kuitti.webhooks.worker import run_worker
+
+    services = open_services()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_worker(services, stop)
+
+    asyncio.run(main())
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply migrations to KUITTI_DATABASE_URL."""
+    settings = settings_or_exit()
+    db = Database(settings.resolved_database_url, pool_size=1)
+    upgrade(db)
+    typer.echo("database is at the newest revision")
+
+
+@partner_app.command("create")
+def partner_create(
+    name: Annotated[str, typer.Option(help="Partner name shown to users.")],
+    role: Annotated[
+        list[PartnerRole], typer.Option(help="merchant, app, card_issuer, bank_pilot.")
+    ],
+    namespace: Annotated[list[str] | None, typer.Option(help="Receipt-link namespace.")] = None,
+    redirect_uri: Annotated[list[str] | None, typer.Option(help="OAuth redirect URI.")] = None,
+    webhook_url: Annotated[str | None, typer.Option(help="Where webhooks are sent.")] = None,
+    attachments: Annotated[bool, typer.Option(help="Enable premium attachments.")] = False,
+    iban: Annotated[str | None, typer.Option(help="Seller bank account for Finvoice.")] = None,
+    bic: Annotated[str | None, typer.Option(help="BIC of that account.")] = None,
+    public_client: Annotated[
+        bool, typer.Option(help="An app that cannot keep a secret (PKCE required).")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a partner; its secrets are printed once."""
+    services = open_services()
+    box = SecretBox(services.settings.resolved_secret_key)
+    try:
+        with services.db.session() as session:
+            created = partners.create_partner(
+                session,
+                box,
+                name=name,
+                roles=role,
+                now=services.clock.now(),
+                namespaces=namespace or [],
+                redirect_uris=redirect_uri or [],
+                webhook_url=webhook_url,
+                attachments=attachments,
+                iban=iban,
+                bic=bic,
+                public_client=public_client,
+                allow_insecure_webhooks=services.settings.webhook_allow_insecure,
+            )
+            data = created.as_json()
+    except partners.PartnerInputError as exc:
+        fail(str(exc))
+    human = "\n".join(f"{k}: {v}" for k, v in data.items() if v is not None)
+    emit(data, as_json, human + "\n(secrets are shown only now)")
+
+
+@partner_app.command("list")
+def partner_list(as_json: JsonFlag = False) -> None:
+    """List partners (no secrets)."""
+    services = open_services()
+    with services.db.session(write=False) as session:
+        rows = [partners.partner_summary(p) for p in partners.list_partners(session)]
+    human = "\n".join(f"{p['partner_id']}  {p['name']}  {','.join(p['roles'])}" for p in rows)
+    emit({"partners": rows}, as_json, human or "no partners")
+
+
+@user_app.command("create")
+def user_create(
+    email: Annotated[str, typer.Option(help="E-mail address (login).")],
+    password: Annotated[str, typer.Option(help="Password (at least 8 characters).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a verified service user."""
+    from kuitti.users import service as users
+
+    services = open_services()
+    try:
+        with services.db.session() as session:
+            user = users.create_user(
+                session, email, password, now=services.clock.now(), verified=True
+            )
+            data = {"user_id": str(user.id), "email": user.email}
+    except users.UserInputError as exc:
+        fail(str(exc))
+    emit(data, as_json, f"user {data['email']} created ({data['user_id']})")
+
+
+@app.command()
+def demo() -> None:
+    """Fill an empty database with a realistic example and print how to try it."""
+    from kuitti.demo import fill_demo
+
+    services = open_services()
+    try:
+        typer.echo(fill_demo(services))
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _register_domain_commands() -> None:
+    from kuitti.cards.cli import card_app, receipts_app
+    from kuitti.oauth.cli import keys_app
+    from kuitti.webhooks.cli import webhooks_app
+
+    app.add_typer(card_app, name="card")
+    app.add_typer(webhooks_app, name="webhooks")
+    app.add_typer(keys_app, name="keys")
+    app.add_typer(receipts_app, name="receipts")
+
+
+_register_domain_commands()

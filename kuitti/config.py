@@ -1,0 +1,151 @@
+"""Every setting of kuitti, read from ``KUITTI_…`` environment variables.
+
+This class is the one place settings are declared; ``docs/operations.md`` and the README's
+configuration table list the same names. Invalid values stop the service at start with a message
+that names the variable.
+"""
+
+from __future__ import annotations
+
+import secrets
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEFAULT_RETRY_SCHEDULE_SECONDS = (5, 30, 120, 600, 1800, 3600, 10800, 21600, 43200, 86400, 86400)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KUITTI_", extra="ignore", frozen=True)
+
+    public_url: str = Field(
+        "http://127.0.0.1:8000",
+        description="Public address of the server; default for the three base addresses and the "
+        "JWT issuer.",
+    )
+    auth_url: str | None = Field(None, description="Address of the user-facing pages ({auth_url}).")
+    receipt_link_base: str | None = Field(
+        None, description="Address of the public receipt web view ({receipt_link_base})."
+    )
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL. Default: an SQLite file var/kuitti.db. A postgresql:// URL "
+        "selects PostgreSQL (driver psycopg 3).",
+    )
+    var_dir: Path = Field(Path("var"), description="Directory for the SQLite file, mail and keys.")
+    secret_key: str | None = Field(
+        None,
+        description="Server secret for sessions, receipt-link tokens and encrypting webhook "
+        "keys at rest. Default: generated once into var/secret_key.",
+    )
+    max_body_bytes: int = Field(1_048_576, gt=0, description="Largest accepted request body.")
+    db_pool_size: int = Field(20, gt=0, description="Database connections per process.")
+    smtp_url: str | None = Field(
+        None,
+        description="smtp://[user:password@]host:port (smtps:// for TLS, ?starttls=true). Without "
+        "it, mail is written as .eml files under var/mail/.",
+    )
+    mail_from: str = Field("kuitti <no-reply@kuitti.invalid>", description="Sender of e-mails.")
+    webhook_allow_insecure: bool = Field(
+        False,
+        description="Development and tests only: allow http webhook URLs and loopback/private "
+        "targets.",
+    )
+    webhook_retry_schedule: Annotated[tuple[int, ...], NoDecode] = Field(
+        DEFAULT_RETRY_SCHEDULE_SECONDS,
+        description="Comma-separated retry delays in seconds (each with ±10 % jitter).",
+    )
+    webhook_timeout_seconds: float = Field(10.0, gt=0, description="Timeout of one webhook call.")
+    qr_code_ttl_seconds: int = Field(600, gt=0, description="Lifetime of a DYNAMIC_QR_CODE value.")
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
+    log_json: bool = Field(True, description="JSON log lines (false: human-readable console).")
+    link_rate_limit_per_minute: int = Field(
+        120, gt=0, description="Receipt-link page views allowed per client IP and minute."
+    )
+
+    @field_validator("webhook_retry_schedule", mode="before")
+    @classmethod
+    def _parse_schedule(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                delays = tuple(int(part) for part in value.split(",") if part.strip())
+            except ValueError as exc:
+                raise ValueError("must be comma-separated whole seconds, e.g. 5,30,120") from exc
+            if not delays or any(d <= 0 for d in delays):
+                raise ValueError("must list at least one positive delay")
+            return delays
+        return value
+
+    @field_validator("public_url", "auth_url", "receipt_link_base")
+    @classmethod
+    def _strip_slash(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        upper = value.upper()
+        if upper not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
+        return upper
+
+    @property
+    def base_url(self) -> str:
+        return self.public_url
+
+    @property
+    def auth_base(self) -> str:
+        return self.auth_url or self.public_url
+
+    @property
+    def link_base(self) -> str:
+        return self.receipt_link_base or self.public_url
+
+    @property
+    def issuer(self) -> str:
+        return self.public_url
+
+    @property
+    def secure_cookies(self) -> bool:
+        return self.auth_base.startswith("https://")
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            url = self.database_url
+            # Plain postgresql:// means psycopg 3, the driver we ship.
+            if url.startswith("postgresql://"):
+                url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+            elif url.startswith("postgres://"):
+                url = "postgresql+psycopg://" + url.removeprefix("postgres://")
+            return url
+        return f"sqlite:///{self.var_dir / 'kuitti.db'}"
+
+    @property
+    def mail_dir(self) -> Path:
+        return self.var_dir / "mail"
+
+    @cached_property
+    def resolved_secret_key(self) -> str:
+        """The configured secret, or one generated once and kept in ``var/secret_key``."""
+        if self.secret_key:
+            return self.secret_key
+        path = self.var_dir / "secret_key"
+        if path.exists():
+            return path.read_text().strip()
+        self.var_dir.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_urlsafe(48)
+        path.write_text(key)
+        path.chmod(0o600)
+        return key
+
+
+def load_settings() -> Settings:
+    return Settings()

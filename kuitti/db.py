@@ -1,0 +1,128 @@
+"""Engine, the unit of work, and the declarative base.
+
+One unit of work per request and per job: ``Database.session()`` commits when the block ends and
+rolls back on any exception. Services never commit.
+
+SQLite needs care to be a good embedded default: WAL so readers never wait for the writer,
+``synchronous=NORMAL`` (durable across a process crash; only a power loss can lose the newest
+commits), and write transactions that start with ``BEGIN IMMEDIATE`` behind an in-process lock, so
+concurrent writers queue instead of failing with ``database is locked`` halfway through.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import DateTime, Engine, MetaData, create_engine, event
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend (SQLite stores it naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime()}  # noqa: RUF012
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not the driver, decide when transactions begin.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+class Database:
+    """The engine of one database and the sessions made from it."""
+
+    def __init__(self, url: str, *, pool_size: int = 20, echo: bool = False) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        if self.is_sqlite:
+            path = url.removeprefix("sqlite:///")
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self.engine = create_engine(
+                url,
+                echo=echo,
+                pool_size=pool_size,
+                max_overflow=pool_size,
+                connect_args={"check_same_thread": False, "timeout": 10},
+            )
+            _configure_sqlite(self.engine)
+            write_engine: Engine = self.engine.execution_options(sqlite_begin="IMMEDIATE")
+        else:
+            self.engine = create_engine(
+                url,
+                echo=echo,
+                pool_size=pool_size,
+                max_overflow=pool_size // 2,
+                pool_pre_ping=True,
+            )
+            write_engine = self.engine
+        self._read_sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._write_sessions = sessionmaker(write_engine, expire_on_commit=False)
+        self._sqlite_write_lock = threading.Lock()
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def session(self, *, write: bool = True) -> Iterator[Session]:
+        """One unit of work: commit at the end of the block, roll back on error."""
+        lock = self._sqlite_write_lock if self.is_sqlite and write else nullcontext()
+        factory = self._write_sessions if write else self._read_sessions
+        with lock, factory() as session:
+            try:
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,38 @@
+"""Alembic, driven from code: ``kuitti db upgrade``, start-up migration of SQLite, readiness."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from kuitti.db import Database
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def upgrade(db: Database) -> None:
+    config = alembic_config(db.url)
+    with db.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def schema_is_current(db: Database) -> bool:
+    with db.engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    return current == head_revision()

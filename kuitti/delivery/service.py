@@ -1,0 +1,73 @@
+"""Giving a receipt to a person and to partners, and announcing it.
+
+Every way a receipt reaches someone (a token, card-linking, an import from a link) ends here, so
+the rules hold everywhere: a user gets a receipt once; each of their active connections with
+``receipt:read`` may then read it and gets a ``receipt_notification``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kuitti.models import Connection, Receipt, ReceiptDelivery, ReceiptGrant
+from kuitti.webhooks.events import NotificationType, notify_connection
+
+READ_SCOPE = "receipt:read"
+
+
+def grant(session: Session, receipt: Receipt, partner_id: uuid.UUID, reason: str) -> bool:
+    """Let a partner read the receipt. False when it already could."""
+    if session.get(ReceiptGrant, (partner_id, receipt.id)) is not None:
+        return False
+    session.add(
+        ReceiptGrant(
+            partner_id=partner_id,
+            receipt_id=receipt.id,
+            receipt_time=receipt.receipt_time,
+            reason=reason,
+        )
+    )
+    session.flush()
+    return True
+
+
+def deliver_to_user(
+    session: Session, receipt: Receipt, user_id: uuid.UUID, *, via: str, now: datetime
+) -> bool:
+    """Make the receipt the user's and notify their reading connections. False if it already
+    was theirs (nothing is sent twice)."""
+    if session.get(ReceiptDelivery, (user_id, receipt.id)) is not None:
+        return False
+    session.add(
+        ReceiptDelivery(
+            user_id=user_id,
+            receipt_id=receipt.id,
+            receipt_time=receipt.receipt_time,
+            via=via,
+            created_at=now,
+        )
+    )
+    session.flush()
+    for connection in reading_connections(session, user_id):
+        grant(session, receipt, connection.partner_id, "connection")
+        notify_connection(
+            session,
+            connection,
+            NotificationType.RECEIPT,
+            receipt_id=str(receipt.id),
+            now=now,
+        )
+    return True
+
+
+def reading_connections(session: Session, user_id: uuid.UUID) -> list[Connection]:
+    connections = session.scalars(
+        select(Connection)
+        .where(Connection.user_id == user_id, Connection.revoked_at.is_(None))
+        .order_by(Connection.created_at)
+    )
+    return [c for c in connections if READ_SCOPE in c.scopes]

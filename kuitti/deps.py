@@ -1,0 +1,64 @@
+"""FastAPI dependencies shared by every domain: the running services, sessions and the clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
+
+from kuitti.clock import Clock
+from kuitti.config import Settings
+from kuitti.db import Database
+from kuitti.errors import PayloadTooLarge
+
+
+@dataclass(frozen=True)
+class Services:
+    """What a request handler may use; built once in ``create_app``."""
+
+    settings: Settings
+    db: Database
+    clock: Clock
+
+
+def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def _write_session(services: Annotated[Services, Depends(get_services)]) -> Iterator[Session]:
+    with services.db.session(write=True) as session:
+        yield session
+
+
+def _read_session(services: Annotated[Services, Depends(get_services)]) -> Iterator[Session]:
+    with services.db.session(write=False) as session:
+        yield session
+
+
+def _now(services: Annotated[Services, Depends(get_services)]) -> datetime:
+    return services.clock.now()
+
+
+async def _raw_body(request: Request) -> bytes:
+    """The request body, refused with 413 as soon as it grows past the limit."""
+    services = get_services(request)
+    limit = services.settings.max_body_bytes
+    chunks = bytearray()
+    async for chunk in request.stream():
+        chunks += chunk
+        if len(chunks) > limit:
+            raise PayloadTooLarge(f"The body is larger than the limit of {limit} bytes.")
+    return bytes(chunks)
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+# scope="function": the unit of work commits before the response is sent, never after.
+WriteSession = Annotated[Session, Depends(_write_session, scope="function")]
+ReadSession = Annotated[Session, Depends(_read_session, scope="function")]
+Now = Annotated[datetime, Depends(_now)]
+RawBody = Annotated[bytes, Depends(_raw_body)]

@@ -1,0 +1,95 @@
+"""One error base that carries its HTTP status and code.
+
+The interface's error shape is ``{"error": <code>, "decription": <text>}`` (the field name is
+spelled that way on purpose), or a list of such objects when several rules fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ErrorDetail:
+    code: str
+    description: str
+
+    def as_json(self) -> dict[str, str]:
+        return {"error": self.code, "decription": self.description}
+
+
+class KuittiError(Exception):
+    status_code = 400
+    code = "bad_request"
+
+    def __init__(self, description: str, *, code: str | None = None) -> None:
+        super().__init__(description)
+        self.description = description
+        if code is not None:
+            self.code = code
+
+    def details(self) -> list[ErrorDetail]:
+        return [ErrorDetail(self.code, self.description)]
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class InvalidRequest(KuittiError):
+    """One or more rules failed; every failure is reported at once."""
+
+    status_code = 400
+
+    def __init__(self, errors: list[ErrorDetail]) -> None:
+        assert errors, "InvalidRequest needs at least one error"
+        super().__init__(errors[0].description, code=errors[0].code)
+        self.errors = errors
+
+    def details(self) -> list[ErrorDetail]:
+        return self.errors
+
+
+class Unauthorized(KuittiError):
+    status_code = 401
+    code = "unauthorized"
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Token"}
+
+
+class Forbidden(KuittiError):
+    status_code = 403
+    code = "forbidden"
+
+
+class InsufficientScope(KuittiError):
+    status_code = 403
+    code = "insufficient_scope"
+
+
+class NotFound(KuittiError):
+    status_code = 404
+    code = "not_found"
+
+    def __init__(self, description: str = "No such resource, or you may not see it.") -> None:
+        super().__init__(description)
+
+
+class Conflict(KuittiError):
+    status_code = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(KuittiError):
+    status_code = 413
+    code = "payload_too_large"
+
+
+class UnsupportedMediaType(KuittiError):
+    status_code = 415
+    code = "unsupported_media_type"
+
+
+class TooManyRequests(KuittiError):
+    status_code = 429
+    code = "too_many_requests"

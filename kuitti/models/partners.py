@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import JSON, ForeignKey, String
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from kuitti.db import Base
+
+
+class PartnerRole(StrEnum):
+    MERCHANT = "merchant"
+    APP = "app"
+    CARD_ISSUER = "card_issuer"
+    BANK_PILOT = "bank_pilot"
+
+
+class Partner(Base):
+    """A merchant, partner application, card issuer or pilot bank (one partner may be several)."""
+
+    __tablename__ = "partners"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(String(200))
+    roles: Mapped[list[str]] = mapped_column(JSON)
+    api_key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    client_id: Mapped[str | None] = mapped_column(String(64), unique=True)
+    client_secret_hash: Mapped[str | None] = mapped_column(String(64))
+    public_client: Mapped[bool] = mapped_column(default=False)
+    redirect_uris: Mapped[list[str]] = mapped_column(JSON, default=list)
+    webhook_url: Mapped[str | None] = mapped_column(String(2000))
+    webhook_key_sealed: Mapped[str | None] = mapped_column(String(500))
+    attachments_enabled: Mapped[bool] = mapped_column(default=False)
+    iban: Mapped[str | None] = mapped_column(String(34))
+    bic: Mapped[str | None] = mapped_column(String(11))
+    created_at: Mapped[datetime]
+
+    namespaces: Mapped[list[Namespace]] = relationship(
+        back_populates="partner", lazy="selectin", order_by="Namespace.position"
+    )
+
+    def has_role(self, role: PartnerRole) -> bool:
+        return role.value in self.roles
+
+    @property
+    def namespace_names(self) -> list[str]:
+        return [ns.name for ns in self.namespaces]
+
+
+class Namespace(Base):
+    """A partner namespace for receipt links and dynamic QR codes; globally unique."""
+
+    __tablename__ = "namespaces"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), index=True)
+    position: Mapped[int] = mapped_column(default=0)
+
+    partner: Mapped[Partner] = relationship(back_populates="namespaces")

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from kuitti.db import Base
+
+
+class Receipt(Base):
+    """A receipt exactly as posted (``document``) plus the service's own metadata.
+
+    ``document_hash`` is the SHA-256 of the canonical JSON (sorted keys, no whitespace), so an
+    unchanged resend is recognised whatever its key order.
+    """
+
+    __tablename__ = "receipts"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), index=True)
+    document: Mapped[str] = mapped_column(Text)
+    document_hash: Mapped[str] = mapped_column(String(64))
+    receipt_number: Mapped[str] = mapped_column(String(200))
+    receipt_time: Mapped[datetime]
+    merchant_name: Mapped[str] = mapped_column(String(500))
+    total: Mapped[int] = mapped_column(BigInteger)
+    currency: Mapped[str] = mapped_column(String(3))
+    token_statuses: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime]
+
+
+class ReceiptLink(Base):
+    """A RECEIPT_ID token: the receipt identifier is unique within its namespace."""
+
+    __tablename__ = "receipt_links"
+
+    namespace: Mapped[str] = mapped_column(ForeignKey("namespaces.name"), primary_key=True)
+    identifier: Mapped[str] = mapped_column(String(200), primary_key=True)
+    receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"), index=True)
+
+
+class ReceiptGrant(Base):
+    """A partner may read this receipt (it posted it, or it reached one of its connections,
+    cards or pilot cards). ``receipt_time`` is copied here so listing is one index range."""
+
+    __tablename__ = "receipt_grants"
+    __table_args__ = (
+        Index("ix_receipt_grants_listing", "partner_id", "receipt_time", "receipt_id"),
+    )
+
+    partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), primary_key=True)
+    receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"), primary_key=True)
+    receipt_time: Mapped[datetime]
+    reason: Mapped[str] = mapped_column(String(32))
+
+
+class ReceiptDelivery(Base):
+    """The receipt belongs to this service user. ``via`` says how it reached them."""
+
+    __tablename__ = "receipt_deliveries"
+    __table_args__ = (
+        Index("ix_receipt_deliveries_listing", "user_id", "receipt_time", "receipt_id"),
+    )
+
+    user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id"), primary_key=True)
+    receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"), primary_key=True)
+    receipt_time: Mapped[datetime]
+    via: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime]
+
+
+class IdempotencyRecord(Base):
+    """The first response to an ``Idempotency-Key``, replayed for the same key and body."""
+
+    __tablename__ = "idempotency_records"
+
+    partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int]
+    response_body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]

@@ -1,0 +1,57 @@
+"""Who is calling: partner API keys in ``Authorization`` (``Token <key>`` or the bare key)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Header
+
+from kuitti.deps import ServicesDep
+from kuitti.errors import Forbidden, Unauthorized
+from kuitti.models import Partner, PartnerRole
+from kuitti.partners.service import partner_by_api_key
+
+
+def api_key_from_header(authorization: str | None) -> str | None:
+    """``Token <key>`` or the bare key; ``Bearer`` is a user token, not a partner key."""
+    if not authorization:
+        return None
+    scheme, _, rest = authorization.strip().partition(" ")
+    if rest and scheme.lower() == "token":
+        return rest.strip() or None
+    if rest:
+        return None
+    return scheme
+
+
+def authenticate_partner(services: ServicesDep, authorization: str | None) -> Partner:
+    key = api_key_from_header(authorization)
+    if key is None:
+        raise Unauthorized("Send the partner API key as 'Authorization: Token <API_KEY>'.")
+    with services.db.session(write=False) as session:
+        partner = partner_by_api_key(session, key)
+    if partner is None:
+        raise Unauthorized("The API key is not valid.")
+    return partner
+
+
+def require_role(partner: Partner, role: PartnerRole) -> Partner:
+    if not partner.has_role(role):
+        raise Forbidden(f"This API key's partner does not have the {role.value} role.")
+    return partner
+
+
+def _merchant(
+    services: ServicesDep, authorization: Annotated[str | None, Header()] = None
+) -> Partner:
+    return require_role(authenticate_partner(services, authorization), PartnerRole.MERCHANT)
+
+
+def _any_partner(
+    services: ServicesDep, authorization: Annotated[str | None, Header()] = None
+) -> Partner:
+    return authenticate_partner(services, authorization)
+
+
+MerchantPartner = Annotated[Partner, Depends(_merchant)]
+KeyPartner = Annotated[Partner, Depends(_any_partner)]

@@ -1,0 +1,168 @@
+"""Creating and looking up partners. Secrets are returned once, at creation, and stored hashed
+(the webhook key sealed, since signing needs it)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kuitti import security
+from kuitti.models import Namespace, Partner, PartnerRole
+
+NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}$")
+
+
+class PartnerInputError(ValueError):
+    """An operator gave a value the partner cannot be created with."""
+
+
+@dataclass(frozen=True)
+class NewPartner:
+    partner: Partner
+    api_key: str
+    client_secret: str | None
+    webhook_key: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        p = self.partner
+        out: dict[str, Any] = {
+            "partner_id": str(p.id),
+            "name": p.name,
+            "roles": list(p.roles),
+            "api_key": self.api_key,
+            "client_id": p.client_id,
+            "namespaces": p.namespace_names,
+            "webhook_url": p.webhook_url,
+        }
+        if self.client_secret is not None:
+            out["client_secret"] = self.client_secret
+        if self.webhook_key is not None:
+            out["webhook_key"] = self.webhook_key
+        return out
+
+
+def create_partner(
+    session: Session,
+    box: security.SecretBox,
+    *,
+    name: str,
+    roles: list[PartnerRole],
+    now: datetime,
+    namespaces: list[str] = (),  # type: ignore[assignment]
+    redirect_uris: list[str] = (),  # type: ignore[assignment]
+    webhook_url: str | None = None,
+    attachments: bool = False,
+    iban: str | None = None,
+    bic: str | None = None,
+    public_client: bool = False,
+    allow_insecure_webhooks: bool = False,
+) -> NewPartner:
+    if not name.strip():
+        raise PartnerInputError("name must not be empty")
+    if not roles:
+        raise PartnerInputError("at least one --role is needed")
+    for ns in namespaces:
+        if not NAMESPACE_RE.match(ns):
+            raise PartnerInputError(
+                f"namespace {ns!r}: use 2–63 lower-case letters, digits and hyphens"
+            )
+        if session.get(Namespace, ns) is not None:
+            raise PartnerInputError(f"namespace {ns!r} belongs to another partner")
+    for uri in redirect_uris:
+        _check_redirect_uri(uri)
+    if webhook_url is not None:
+        check_webhook_url(webhook_url, allow_insecure=allow_insecure_webhooks)
+    if iban is not None:
+        iban = _check_iban(iban)
+    is_app = PartnerRole.APP in roles
+    api_key = security.new_api_key()
+    client_secret = security.new_client_secret() if is_app and not public_client else None
+    webhook_key = security.new_webhook_key() if webhook_url else None
+    partner = Partner(
+        id=uuid.uuid4(),
+        name=name.strip(),
+        roles=sorted({r.value for r in roles}),
+        api_key_hash=security.hash_secret(api_key),
+        client_id=security.new_client_id() if is_app else None,
+        client_secret_hash=security.hash_secret(client_secret) if client_secret else None,
+        public_client=public_client and is_app,
+        redirect_uris=list(redirect_uris),
+        webhook_url=webhook_url,
+        webhook_key_sealed=box.seal(webhook_key) if webhook_key else None,
+        attachments_enabled=attachments,
+        iban=iban,
+        bic=bic.upper() if bic else None,
+        created_at=now,
+    )
+    session.add(partner)
+    partner.namespaces = [
+        Namespace(name=ns, partner_id=partner.id, position=i) for i, ns in enumerate(namespaces)
+    ]
+    session.flush()
+    return NewPartner(partner, api_key, client_secret, webhook_key)
+
+
+def partner_by_api_key(session: Session, api_key: str) -> Partner | None:
+    """Look a partner up by the digest of its key (unique index; no timing leak of the key)."""
+    return session.scalar(
+        select(Partner).where(Partner.api_key_hash == security.hash_secret(api_key))
+    )
+
+
+def list_partners(session: Session) -> list[Partner]:
+    return list(session.scalars(select(Partner).order_by(Partner.created_at, Partner.name)))
+
+
+def partner_summary(partner: Partner) -> dict[str, Any]:
+    return {
+        "partner_id": str(partner.id),
+        "name": partner.name,
+        "roles": list(partner.roles),
+        "client_id": partner.client_id,
+        "namespaces": partner.namespace_names,
+        "redirect_uris": list(partner.redirect_uris),
+        "webhook_url": partner.webhook_url,
+        "attachments": partner.attachments_enabled,
+        "public_client": partner.public_client,
+        "iban": partner.iban,
+        "bic": partner.bic,
+        "created_at": partner.created_at.isoformat(),
+    }
+
+
+def _check_redirect_uri(uri: str) -> None:
+    parts = urlsplit(uri)
+    if parts.scheme not in {"https", "http"} or not parts.netloc or parts.fragment:
+        raise PartnerInputError(
+            f"redirect URI {uri!r}: must be an absolute http(s) URL without a fragment"
+        )
+    if parts.scheme == "http" and parts.hostname not in {"localhost", "127.0.0.1", "::1"}:
+        raise PartnerInputError(f"redirect URI {uri!r}: http is allowed only for localhost")
+
+
+def check_webhook_url(url: str, *, allow_insecure: bool) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in {"https", "http"} or not parts.hostname:
+        raise PartnerInputError(f"webhook URL {url!r}: must be an absolute https URL")
+    if parts.scheme == "http" and not allow_insecure:
+        raise PartnerInputError(
+            f"webhook URL {url!r}: must be https (KUITTI_WEBHOOK_ALLOW_INSECURE=true allows http "
+            "for development)"
+        )
+
+
+def _check_iban(iban: str) -> str:
+    compact = iban.replace(" ", "").upper()
+    if not re.fullmatch(r"[A-Z]{2}\d{2}[A-Z0-9]{10,30}", compact):
+        raise PartnerInputError(f"IBAN {iban!r} is not well formed")
+    rearranged = compact[4:] + compact[:4]
+    if int("".join(str(int(c, 36)) for c in rearranged)) % 97 != 1:
+        raise PartnerInputError(f"IBAN {iban!r}: the check digits are wrong")
+    return compact

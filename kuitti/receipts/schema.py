@@ -1,0 +1,419 @@
+"""The receipt JSON document, field for field as the interface's tables give it.
+
+Field names are the interface's own spellings (``EANCode``, ``VATRate``, ``MID``…), so a reader can
+hold this module beside the tables. Unknown keys are allowed and kept (``extra="allow"``); the
+stored document is always the one posted, these models only check it. Types are strict: a string
+where the table says Integer is ``invalid_type``, never coerced.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Literal
+
+from babel.numbers import list_currencies
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+)
+
+ISO_4217_CODES = frozenset(list_currencies())
+DECIMAL_RE = re.compile(r"^-?\d{1,15}(\.\d{1,10})?$")
+UNSIGNED_DECIMAL_RE = re.compile(r"^\d{1,15}(\.\d{1,10})?$")
+MASK_CHARACTERS = "*Xx#"
+MASKED_PAN_RE = re.compile(r"^[0-9*Xx# -]{4,26}$")
+
+# Limits that keep one request's work bounded; the body-size limit caps the rest.
+MAX_ROWS = 5000
+MAX_ITEMS = 200
+SHORT = 500
+LONG = 20_000
+
+
+def _check_datetime(value: str) -> str:
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError("must be an ISO 8601 date-time, e.g. 2026-05-04T12:30:00+03:00") from None
+    if "T" not in value.upper() and " " not in value:
+        raise ValueError("must be an ISO 8601 date-time (a date alone is not enough)")
+    if moment.tzinfo is None:
+        raise ValueError("must carry a UTC offset, e.g. +03:00 or Z")
+    return value
+
+
+def _check_currency(value: str) -> str:
+    if value not in ISO_4217_CODES:
+        raise ValueError("must be an ISO 4217 currency code such as EUR")
+    return value
+
+
+def _check_decimal(value: str) -> str:
+    if not DECIMAL_RE.match(value):
+        raise ValueError("must be a decimal number as text, e.g. 24 or 25.5")
+    return value
+
+
+def _check_unsigned_decimal(value: str) -> str:
+    if not UNSIGNED_DECIMAL_RE.match(value):
+        raise ValueError("must be a non-negative decimal number as text, e.g. 24 or 25.5")
+    return value
+
+
+def _check_masked_pan(value: str) -> str:
+    if not MASKED_PAN_RE.match(value):
+        raise ValueError("must be a masked card number: digits and mask characters * X x #")
+    digits = [c for c in value if c.isdigit()]
+    if not any(c in MASK_CHARACTERS for c in value) and len(digits) > 10:
+        # Never accept (or echo) what looks like a full card number.
+        raise ValueError("looks like a full card number; send it masked, e.g. 415301******1234")
+    return value
+
+
+DateTimeText = Annotated[str, AfterValidator(_check_datetime)]
+CurrencyCode = Annotated[str, AfterValidator(_check_currency)]
+DecimalText = Annotated[str, Field(max_length=30), AfterValidator(_check_decimal)]
+RateText = Annotated[str, Field(max_length=30), AfterValidator(_check_unsigned_decimal)]
+MaskedPAN = Annotated[str, AfterValidator(_check_masked_pan)]
+Text = Annotated[str, Field(max_length=SHORT)]
+LongText = Annotated[str, Field(max_length=LONG)]
+Amount = Annotated[int, Field(ge=-(10**15), le=10**15, description="Fractional unit (cents).")]
+
+
+def _check_single_pair(value: dict[str, str]) -> dict[str, str]:
+    if len(value) != 1:
+        raise ValueError("each custom attribute is an object with exactly one key/value pair")
+    return value
+
+
+CustomAttribute = Annotated[
+    dict[Annotated[str, Field(max_length=SHORT)], LongText],
+    AfterValidator(_check_single_pair),
+]
+CustomAttributes = Annotated[
+    list[CustomAttribute],
+    Field(
+        max_length=MAX_ITEMS,
+        description="Key/value pairs shown on the receipt; each element is a single-pair object.",
+    ),
+]
+
+
+class Document(BaseModel):
+    """Base of every part of the document: strict types, unknown keys kept."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+
+class Address(Document):
+    streetAddress: Text
+    city: Text
+    zipCode: Text
+    country: Text
+
+
+class Branch(Document):
+    id: Text = Field(description="Unique branch identifier (for example cost centre number).")
+    posId: Text = Field(description="Logical cash register id.")
+    name: Text = Field(description="Branch name.")
+    subName: Text | None = Field(None, description="Free-text slogan under the branch name.")
+    email: Text | None = Field(None, description="Support e-mail of branch/company.")
+    phone: Text | None = Field(None, description="Support phone of branch/company.")
+    websiteURL: Text | None = None
+    address: Address
+
+
+class Merchant(Document):
+    name: Text = Field(description="Company name.")
+    companyID: Text = Field(description="Business id or VAT number.")
+    branch: Branch | None = None
+
+
+class ProductVat(Document):
+    VATRate: RateText = Field(description="Integer or decimal number as text.")
+    VATAmount: Amount
+    totalAmountExcVAT: Amount
+    totalAmountIncVAT: Amount
+
+
+class Discount(Document):
+    amount: Amount
+    percentage: DecimalText | None = Field(None, description="Decimal percentage as text.")
+    description: LongText = Field(description="Free-text reason.")
+
+
+class Categorization(Document):
+    main: Text | None = Field(None, description="Main category identifier.")
+    product: Text = Field(description="Product category identifier.")
+    sub: int | Annotated[str, Field(pattern=r"^\d{1,18}$")] | None = Field(
+        None, description="Sub category identifier: an integer, or a string of digits."
+    )
+    tags: Annotated[list[Text], Field(max_length=MAX_ITEMS)] | None = Field(
+        None, description="Custom tags, e.g. marking inclusion in a stamp card offer."
+    )
+
+
+class JourneyLocation(Document):
+    name: Text
+    city: Text | None = None
+    country: Text | None = None
+    latitude: Text | None = None
+    longitude: Text | None = None
+    datetime: DateTimeText | None = Field(None, description="Departure or arrival time.")
+
+
+class JourneyVehicle(Document):
+    id: Text
+    licensePlate: Text
+    make: Text | None = None
+    model: Text | None = None
+    category: Literal["SEDAN", "HATCHBACK", "WAGON", "VAN", "MINIBUS", "SUV", "LUXURY"] | None = (
+        None
+    )
+    powertrain: (
+        Literal["PETROL", "DIESEL", "HYBRID", "PLUG_IN_HYBRID", "ELECTRIC", "HYDROGEN"] | None
+    ) = None
+    phoneNumber: Text | None = None
+
+
+class JourneyDriver(Document):
+    id: Text
+
+
+class Journey(Document):
+    type: Literal["TRAIN", "BUS", "TAXI", "FLIGHT", "FERRY"]
+    id: Text | None = Field(None, description="Connection or flight number.")
+    distance: Annotated[int | float, Field(ge=0)] | None = Field(None, description="Metres.")
+    duration: Annotated[int | float, Field(ge=0)] | None = Field(None, description="Minutes.")
+    CO2Emissions: Annotated[int, Field(ge=0)] | None = Field(None, description="Grams.")
+    origin: JourneyLocation
+    destination: JourneyLocation
+    vehicle: JourneyVehicle | None = Field(None, description="Applicable for type=TAXI.")
+    driver: JourneyDriver | None = Field(None, description="Applicable for type=TAXI.")
+    pickupArrivedAt: DateTimeText | None = None
+
+
+class Product(Document):
+    name: Text
+    EANCode: Text | None = None
+    quantity: DecimalText = Field(
+        description="Quantity as a decimal number in text, e.g. 1 or 0.5."
+    )
+    productId: Text | None = Field(None, description="Merchant's internal product id.")
+    quantityCode: Text = Field(description="Quantity code (unit), e.g. pcs, kg, l.")
+    freeText: LongText | None = None
+    categorization: Categorization | None = None
+    unitPriceIncVAT: Amount
+    unitPriceIncVATDecimal: DecimalText | None = Field(
+        None, description="Unit price in main currency unit; mainly for petrol receipts."
+    )
+    totalAmountExcVAT: Amount = Field(description="Row total without VAT, after discounts.")
+    totalAmountIncVAT: Amount = Field(description="Row total with VAT, after discounts.")
+    vats: Annotated[list[ProductVat], Field(min_length=1, max_length=MAX_ITEMS)] = Field(
+        description="One object per VAT rate of the product."
+    )
+    discounts: Annotated[list[Discount], Field(max_length=MAX_ITEMS)] | None = None
+    customAttributes: CustomAttributes | None = None
+    journey: Journey | None = None
+
+
+class ReceiptVat(Document):
+    VATRate: RateText = Field(description="Integer or decimal as text.")
+    totalVATAmount: Amount
+    totalAmountExcVAT: Amount
+    totalAmountIncVAT: Amount
+    VATCode: Text | None = Field(None, description="VAT identifier.")
+
+
+class CardAttributes(Document):
+    """Card payment attributes; those used by card-linking are MID, timeStamp, maskedPAN,
+    authorizationCode, referenceNumber and preAuthorizedAmount."""
+
+    transactionType: Text | None = Field(None, description="E.g. PURCHASE.")
+    currencyISOCode: CurrencyCode | None = None
+    MID: Text | None = Field(None, description="Merchant id at the card acquirer.")
+    timeStamp: DateTimeText | None = None
+    terminalId: Text | None = None
+    referenceNumber: Text | None = None
+    authorizationCode: Text | None = None
+    transactionId: Text | None = None
+    receiptNumber: Text | None = None
+    maskedPAN: MaskedPAN | None = Field(None, description="Masked card number.")
+    APP: Text | None = None
+    cardNetwork: Text | None = None
+    cardType: Text | None = Field(None, description="E.g. DEBIT.")
+    cardProgram: Text | None = None
+    transactionRawText: LongText | None = Field(None, description="Terminal text with line breaks.")
+    preAuthorizedAmount: Amount | None = None
+    ENTRY: Text | None = None
+    ARC: Text | None = None
+    TVR: Text | None = None
+    TSI: Text | None = None
+    AID: Text | None = None
+    AC: Text | None = None
+    CID: Text | None = None
+    cryptogramType: Text | None = None
+    CVM: Text | None = None
+
+
+class LoyaltyAttributes(Document):
+    cardType: Text | None = None
+    maskedPAN: MaskedPAN | None = None
+
+
+class CashAttributes(Document):
+    handedAmount: Amount | None = None
+
+
+class _PaymentBase(Document):
+    amount: Amount
+    customAttributes: CustomAttributes | None = None
+
+
+class CardPayment(_PaymentBase):
+    type: Literal["CARD"]
+    attributes: CardAttributes | None = None
+
+
+class LoyaltyPayment(_PaymentBase):
+    type: Literal["LOYALTY"]
+    attributes: LoyaltyAttributes | None = None
+
+
+class CashPayment(_PaymentBase):
+    type: Literal["CASH"]
+    attributes: CashAttributes | None = None
+
+
+class OtherPayment(_PaymentBase):
+    """Payment kinds the interface names without a structure (gift card, online…)."""
+
+    type: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,39}$")] = Field(
+        description="Upper-case payment kind, e.g. GIFT_CARD or ONLINE."
+    )
+    attributes: dict[str, object] | None = Field(None, description="Depends on type.")
+
+
+PAYMENT_TAGS = frozenset({"CARD", "LOYALTY", "CASH"})
+
+
+def _payment_tag(value: object) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if isinstance(kind, str) and kind in PAYMENT_TAGS else "OTHER"
+
+
+Payment = Annotated[
+    Annotated[CardPayment, Tag("CARD")]
+    | Annotated[LoyaltyPayment, Tag("LOYALTY")]
+    | Annotated[CashPayment, Tag("CASH")]
+    | Annotated[OtherPayment, Tag("OTHER")],
+    Discriminator(_payment_tag),
+]
+"""A payment: ``type`` (CARD, LOYALTY, CASH or another kind), ``amount`` in fractional units,
+``attributes`` whose shape depends on the type, optional ``customAttributes``."""
+
+
+class Attachment(Document):
+    type: Literal["BARCODE", "QRCODE"]
+    kind: Literal["TICKET", "RETURN", "VOUCHER"]
+    title: Text = Field(description="Shown on top of the attachment.")
+    data: Annotated[str, Field(min_length=1, max_length=2000)] = Field(
+        description="Data encoded into the code according to type."
+    )
+    description: LongText | None = Field(None, description="How the attachment is used.")
+    validUntil: DateTimeText | None = Field(None, description="Last moment of validity.")
+
+
+class TransactionEvent(Document):
+    signedData: LongText = Field(description="Signed transaction event data.")
+
+
+class Verification(Document):
+    type: Text = Field(description="Verification type, e.g. OCMF.")
+    version: Text = Field(description="Standard version.")
+    publicKey: LongText = Field(description="Public key for verifying the data.")
+    transactionId: Text
+    currentType: Literal["AC", "DC"]
+    transactionBegin: TransactionEvent | None = Field(
+        None, description="Mandatory when currentType is AC."
+    )
+    transactionEnd: TransactionEvent
+
+
+class Receipt(Document):
+    """The receipt JSON document. Amounts are integers in the smallest currency unit."""
+
+    type: Literal["PURCHASE", "RETURN", "PURCHASE_AND_RETURN"] | None = None
+    merchant: Merchant
+    products: Annotated[list[Product], Field(min_length=1, max_length=MAX_ROWS)] = Field(
+        description="All products on the receipt (at least one)."
+    )
+    freeText: LongText | None = Field(None, description="Text displayed on the receipt.")
+    vats: Annotated[list[ReceiptVat], Field(min_length=1, max_length=MAX_ITEMS)] = Field(
+        description="One object per VAT rate."
+    )
+    payments: Annotated[list[Payment], Field(max_length=MAX_ITEMS)] | None = None
+    customAttributes: CustomAttributes | None = None
+    receiptNumber: Text = Field(description="Merchant's internal receipt number.")
+    receiptTimeStamp: DateTimeText = Field(description="ISO 8601 date-time with offset.")
+    currencyISOCode: CurrencyCode = Field(description="ISO 4217 currency code.")
+    totalVATAmount: Amount
+    totalPriceExcVAT: Amount
+    totalPriceIncVAT: Amount
+    attachments: Annotated[list[Attachment], Field(max_length=MAX_ITEMS)] | None = Field(
+        None, description="Premium feature, enabled per partner."
+    )
+    verifications: Annotated[list[Verification], Field(max_length=MAX_ITEMS)] | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.type or "PURCHASE"
+
+    @property
+    def receipt_time(self) -> datetime:
+        return datetime.fromisoformat(self.receiptTimeStamp)
+
+    @field_validator("receiptNumber")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+
+def decimal_of(text: str) -> Decimal:
+    """A decimal string of the document as an exact Decimal (never a float)."""
+    return Decimal(text)
+
+
+class TokenDocument(BaseModel):
+    """A delivery token (documentation model; tokens are checked by ``validation.parse_token``)."""
+
+    type: Literal["RECEIPT_ID", "DYNAMIC_QR_CODE", "CARD", "EMAIL", "USER"]
+    value: str | None = Field(
+        None,
+        description="Token value: the receipt identifier, QR value, masked PAN or e-mail address.",
+    )
+    id: str | None = Field(None, description="Required for CARD: the partner_card_id.")
+    namespace: str | None = Field(
+        None, description="Required for RECEIPT_ID and DYNAMIC_QR_CODE: a partner namespace."
+    )
+    token: str | None = Field(None, description="USER: the user's OAuth access token (a JWT).")
+
+
+class TokenAttributes(BaseModel):
+    tokens: list[TokenDocument] = Field(description="One or more tokens.")
+
+
+class TokenReceiptRequest(BaseModel):
+    """The token form of Endpoint 2: a receipt and the tokens that deliver it."""
+
+    attributes: TokenAttributes
+    receipt: Receipt

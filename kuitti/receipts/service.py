@@ -1,0 +1,324 @@
+"""Ingesting, reading and listing receipts.
+
+``create_receipt`` is the one path by which a receipt enters: it runs inside the caller's unit of
+work, so the receipt, its links, its deliveries and the outbox rows they cause commit together or
+not at all.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import Session
+
+from kuitti import locks
+from kuitti.cards.matching import match_receipt
+from kuitti.config import Settings
+from kuitti.delivery import links
+from kuitti.delivery.service import grant
+from kuitti.delivery.tokens import TokenStatus, deliver_tokens
+from kuitti.errors import Conflict, ErrorDetail, InvalidRequest, NotFound
+from kuitti.models import IdempotencyRecord, Partner, Receipt, ReceiptGrant, ReceiptLink
+from kuitti.models.receipts import ReceiptDelivery
+from kuitti.receipts.validation import ReceiptRequest, Token, TokenType
+
+MAX_LIST_LIMIT = 200
+DEFAULT_LIST_LIMIT = 50
+
+
+@dataclass
+class CreatedReceipt:
+    receipt_id: uuid.UUID
+    receipt_links: list[str]
+    tokens: list[TokenStatus]
+    receipt_web_url: str
+    replayed: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "receipt_id": str(self.receipt_id),
+            "receipt_links": self.receipt_links,
+            "tokens": [{"type": t.type.value, "status": t.status} for t in self.tokens],
+            "receipt_web_url": self.receipt_web_url,
+        }
+
+
+@dataclass(frozen=True)
+class IdempotencyKey:
+    key: str
+    request_hash: str
+
+
+@dataclass
+class _LinkPlan:
+    token: Token
+    url: str
+    existing_receipt: uuid.UUID | None = None
+    existing_hash: str | None = field(default=None)
+
+
+def create_receipt(
+    session: Session,
+    settings: Settings,
+    partner: Partner,
+    request: ReceiptRequest,
+    *,
+    now: datetime,
+    idempotency: IdempotencyKey | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """Store a validated receipt, deliver it through its tokens and card-linking.
+
+    Returns the HTTP status and body; a replayed idempotent request returns the first answer.
+    """
+    if idempotency is not None:
+        locks.acquire(session, "idempotency", str(partner.id), idempotency.key)
+        record = session.get(IdempotencyRecord, (partner.id, idempotency.key))
+        if record is not None:
+            if record.request_hash != idempotency.request_hash:
+                raise Conflict(
+                    "This Idempotency-Key was already used with a different body.",
+                    code="idempotency_key_reused",
+                )
+            return record.status_code, orjson.loads(record.response_body)
+
+    document_hash = request.document_hash
+    plans = _plan_links(session, settings, partner, request.tokens)
+    existing = {p.existing_receipt for p in plans if p.existing_receipt is not None}
+    if existing:
+        result = _resend_or_duplicate(session, settings, partner, plans, document_hash)
+    else:
+        result = _store(session, settings, partner, request, plans, document_hash, now=now)
+    body = result.as_json()
+    if idempotency is not None:
+        session.add(
+            IdempotencyRecord(
+                partner_id=partner.id,
+                key=idempotency.key,
+                request_hash=idempotency.request_hash,
+                status_code=200,
+                response_body=orjson.dumps(body).decode(),
+                created_at=now,
+            )
+        )
+    return 200, body
+
+
+def _plan_links(
+    session: Session, settings: Settings, partner: Partner, tokens: list[Token]
+) -> list[_LinkPlan]:
+    """Check every RECEIPT_ID token (namespace ownership; uniqueness is settled by the caller)."""
+    owned = set(partner.namespace_names)
+    errors: list[ErrorDetail] = []
+    plans: list[_LinkPlan] = []
+    for index, token in enumerate(tokens):
+        if token.type is not TokenType.RECEIPT_ID:
+            continue
+        assert token.namespace is not None
+        if token.namespace not in owned:
+            errors.append(
+                ErrorDetail(
+                    "unknown_namespace",
+                    f"attributes.tokens[{index}].namespace: {token.namespace!r} is not one of "
+                    "your namespaces.",
+                )
+            )
+            continue
+        # Serialise writers of the same identifier; the primary key is the final guard.
+        locks.acquire(session, "receipt-link", token.namespace, token.value)
+        plan = _LinkPlan(token, links.namespace_link(settings, token.namespace, token.value))
+        link = session.get(ReceiptLink, (token.namespace, token.value))
+        if link is not None:
+            plan.existing_receipt = link.receipt_id
+            plan.existing_hash = session.scalar(
+                select(Receipt.document_hash).where(Receipt.id == link.receipt_id)
+            )
+        plans.append(plan)
+    if errors:
+        raise InvalidRequest(errors)
+    return plans
+
+
+def _resend_or_duplicate(
+    session: Session,
+    settings: Settings,
+    partner: Partner,
+    plans: list[_LinkPlan],
+    document_hash: str,
+) -> CreatedReceipt:
+    """A POS resending an unchanged RECEIPT_ID receipt gets the original id back."""
+    originals = {p.existing_receipt for p in plans}
+    unchanged = (
+        len(originals) == 1
+        and all(p.existing_hash == document_hash for p in plans)
+        and session.get(ReceiptGrant, (partner.id, next(iter(originals)))) is not None
+    )
+    if not unchanged:
+        errors = [
+            ErrorDetail(
+                "duplicate_receipt_id",
+                f"attributes.tokens: receipt identifier {p.token.value!r} is already used in "
+                f"namespace {p.token.namespace!r} by a different receipt.",
+            )
+            for p in plans
+            if p.existing_receipt is not None
+        ]
+        raise InvalidRequest(errors)
+    receipt_id = next(iter(originals))
+    assert receipt_id is not None
+    original = session.get(Receipt, receipt_id)
+    assert original is not None
+    return CreatedReceipt(
+        receipt_id=receipt_id,
+        receipt_links=[p.url for p in plans],
+        tokens=[TokenStatus(TokenType(t["type"]), t["status"]) for t in original.token_statuses],
+        receipt_web_url=links.private_link(settings, receipt_id),
+        replayed=True,
+    )
+
+
+def _store(
+    session: Session,
+    settings: Settings,
+    partner: Partner,
+    request: ReceiptRequest,
+    plans: list[_LinkPlan],
+    document_hash: str,
+    *,
+    now: datetime,
+) -> CreatedReceipt:
+    doc = request.receipt
+    receipt = Receipt(
+        id=uuid.uuid4(),
+        partner_id=partner.id,
+        document=orjson.dumps(request.document).decode(),
+        document_hash=document_hash,
+        receipt_number=doc.receiptNumber,
+        receipt_time=doc.receipt_time,
+        merchant_name=doc.merchant.name,
+        total=doc.totalPriceIncVAT,
+        currency=doc.currencyISOCode,
+        created_at=now,
+    )
+    session.add(receipt)
+    session.flush()
+    grant(session, receipt, partner.id, "posted")
+    for plan in plans:
+        assert plan.token.namespace is not None
+        session.add(
+            ReceiptLink(
+                namespace=plan.token.namespace, identifier=plan.token.value, receipt_id=receipt.id
+            )
+        )
+    statuses = deliver_tokens(session, settings, partner, receipt, doc, request.tokens, now=now)
+    receipt.token_statuses = [{"type": t.type.value, "status": t.status} for t in statuses]
+    match_receipt(session, settings, receipt, doc, now=now)
+    return CreatedReceipt(
+        receipt_id=receipt.id,
+        receipt_links=[p.url for p in plans],
+        tokens=statuses,
+        receipt_web_url=links.private_link(settings, receipt.id),
+    )
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Who reads: a partner by its key, or a partner app on behalf of one of its users."""
+
+    partner_id: uuid.UUID
+    user_id: uuid.UUID | None = None
+
+
+def readable_receipt(session: Session, reader: Reader, receipt_id: uuid.UUID) -> Receipt:
+    """The receipt, if this reader may see it; otherwise 404 exactly as if it did not exist."""
+    if reader.user_id is not None:
+        allowed = session.get(ReceiptDelivery, (reader.user_id, receipt_id)) is not None
+    else:
+        allowed = session.get(ReceiptGrant, (reader.partner_id, receipt_id)) is not None
+    receipt = session.get(Receipt, receipt_id) if allowed else None
+    if receipt is None:
+        raise NotFound()
+    return receipt
+
+
+def list_receipts(
+    session: Session,
+    reader: Reader,
+    *,
+    since: datetime | None,
+    limit: int,
+    cursor: str | None,
+) -> dict[str, Any]:
+    """Newest first by receipt time, ties by receipt id; keyset pagination by an opaque cursor."""
+    index: type[ReceiptGrant] | type[ReceiptDelivery]
+    if reader.user_id is not None:
+        index = ReceiptDelivery
+        owner = ReceiptDelivery.user_id == reader.user_id
+    else:
+        index = ReceiptGrant
+        owner = ReceiptGrant.partner_id == reader.partner_id
+    query = (
+        select(Receipt.id, Receipt.merchant_name, Receipt.document, Receipt.total, Receipt.currency)
+        .join(index, index.receipt_id == Receipt.id)
+        .where(owner)
+        .order_by(index.receipt_time.desc(), index.receipt_id.desc())
+        .limit(limit + 1)
+    )
+    if since is not None:
+        query = query.where(index.receipt_time >= since)
+    if cursor is not None:
+        after_time, after_id = decode_cursor(cursor)
+        query = query.where(
+            or_(
+                index.receipt_time < after_time,
+                and_(index.receipt_time == after_time, index.receipt_id < after_id),
+            )
+        )
+    rows = session.execute(query).all()
+    page = rows[:limit]
+    items = []
+    for receipt_id, merchant_name, document, total, currency in page:
+        items.append(
+            {
+                "receipt_id": str(receipt_id),
+                "merchant_name": merchant_name,
+                "receipt_time": orjson.loads(document)["receiptTimeStamp"],
+                "total": total,
+                "currency": currency,
+            }
+        )
+    next_cursor = None
+    if len(rows) > limit:
+        last_id = page[-1][0]
+        last_time = session.scalar(select(Receipt.receipt_time).where(Receipt.id == last_id))
+        assert last_time is not None
+        next_cursor = encode_cursor(last_time, last_id)
+    return {"receipts": items, "next_cursor": next_cursor}
+
+
+def encode_cursor(moment: datetime, receipt_id: uuid.UUID) -> str:
+    raw = f"{moment.isoformat()}|{receipt_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        moment_text, id_text = raw.split("|")
+        moment = datetime.fromisoformat(moment_text)
+        if moment.tzinfo is None:
+            raise ValueError("naive")
+        return moment, uuid.UUID(id_text)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidRequest(
+            [ErrorDetail("invalid_value", "cursor: not a cursor this service gave out.")]
+        ) from None

@@ -1,0 +1,363 @@
+"""From request bytes to a checked receipt and its tokens, or every failure at once.
+
+Three passes, each reporting everything it finds: the JSON itself, the shape of the document
+(Pydantic), then the rules that span fields (arithmetic, verifications, attachments). The rules
+run only on a document of the right shape, since sums over malformed rows mean nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+from email_validator import EmailNotValidError, validate_email
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from kuitti.errors import ErrorDetail, InvalidRequest
+from kuitti.receipts.schema import CardPayment, Receipt
+
+MAX_TOKENS = 50
+TOKEN_TEXT_MAX = 4096
+
+_TYPE_ERRORS = frozenset(
+    {
+        "int_type",
+        "int_from_float",
+        "float_type",
+        "string_type",
+        "bool_type",
+        "list_type",
+        "dict_type",
+        "model_type",
+        "model_attributes_type",
+        "dataclass_type",
+        "none_required",
+        "is_instance_of",
+    }
+)
+
+
+class TokenType(StrEnum):
+    RECEIPT_ID = "RECEIPT_ID"
+    DYNAMIC_QR_CODE = "DYNAMIC_QR_CODE"
+    CARD = "CARD"
+    EMAIL = "EMAIL"
+    USER = "USER"
+
+
+@dataclass(frozen=True)
+class Token:
+    """One delivery token. For USER tokens ``value`` holds the JWT (posted as ``token``)."""
+
+    type: TokenType
+    value: str
+    id: str | None = None
+    namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class ReceiptRequest:
+    receipt: Receipt
+    document: dict[str, Any]
+    tokens: list[Token]
+
+    @property
+    def document_hash(self) -> str:
+        return canonical_hash(self.document)
+
+
+def canonical_hash(document: object) -> str:
+    """Equal for documents equal as JSON, whatever their key order and whitespace."""
+    return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def parse_json(body: bytes) -> object:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        # orjson refuses integers beyond 64 bits, which are still JSON: let the stdlib decide.
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError):
+            raise InvalidRequest(
+                [ErrorDetail("malformed_json", f"The body is not valid UTF-8 JSON: {exc}.")]
+            ) from None
+
+
+def parse_receipt_request(body: bytes, *, attachments_enabled: bool) -> ReceiptRequest:
+    """Validate a create-receipt body (either form) and return what ingest needs."""
+    data = parse_json(body)
+    if not isinstance(data, dict):
+        raise InvalidRequest(
+            [ErrorDetail("invalid_type", "$: the body must be a JSON object (a receipt document).")]
+        )
+    errors: list[ErrorDetail] = []
+    tokens: list[Token] = []
+    prefix: tuple[str | int, ...] = ()
+    if "receipt" in data or "attributes" in data:
+        tokens = _parse_attributes(data.get("attributes"), errors)
+        document = data.get("receipt")
+        prefix = ("receipt",)
+        if document is None:
+            errors.append(ErrorDetail("missing_field", "receipt: this field is required."))
+            raise InvalidRequest(errors)
+        if not isinstance(document, dict):
+            errors.append(ErrorDetail("invalid_type", "receipt: must be a JSON object."))
+            raise InvalidRequest(errors)
+    else:
+        document = data
+    try:
+        receipt = Receipt.model_validate(document)
+    except ValidationError as exc:
+        errors.extend(_shape_errors(exc.errors(), document, prefix))
+        raise InvalidRequest(errors) from None
+    errors.extend(check_rules(receipt, prefix, attachments_enabled=attachments_enabled))
+    if errors:
+        raise InvalidRequest(errors)
+    return ReceiptRequest(receipt=receipt, document=document, tokens=tokens)
+
+
+def json_path(parts: Iterable[str | int]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out or "$"
+
+
+def _shape_errors(
+    raw: Sequence[ErrorDetails], document: object, prefix: tuple[str | int, ...]
+) -> list[ErrorDetail]:
+    """Map Pydantic's errors to ours, one per JSON path, in document order."""
+    by_path: dict[str, tuple[str, str]] = {}
+    for error in raw:
+        path = json_path((*prefix, *_real_path(document, error["loc"])))
+        code = _code_for(error)
+        message = _message_for(error)
+        seen = by_path.get(path)
+        # A union reports one error per member: a value error means the type was right.
+        if seen is None or (seen[0] == "invalid_type" and code == "invalid_value"):
+            by_path[path] = (code, message)
+    return [ErrorDetail(code, f"{path}: {message}") for path, (code, message) in by_path.items()]
+
+
+def _real_path(document: object, loc: tuple[int | str, ...]) -> list[str | int]:
+    """Drop the union-member tags Pydantic adds to ``loc``, keeping only real JSON keys."""
+    node: object = document
+    path: list[str | int] = []
+    for index, part in enumerate(loc):
+        last = index == len(loc) - 1
+        if isinstance(node, list) and isinstance(part, int):
+            node = node[part] if 0 <= part < len(node) else None
+            path.append(part)
+        elif isinstance(node, dict) and isinstance(part, str) and (part in node or last):
+            node = node.get(part)
+            path.append(part)
+        elif isinstance(node, dict) and isinstance(part, str) and part.startswith("[key]"):
+            path.append(part)
+    return path
+
+
+def _code_for(error: ErrorDetails) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "missing_field"
+    if kind in _TYPE_ERRORS:
+        return "invalid_type"
+    if kind in {"literal_error", "enum"} and not isinstance(error.get("input"), str):
+        return "invalid_type"
+    return "invalid_value"
+
+
+def _message_for(error: ErrorDetails) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "this field is required."
+    if kind == "extra_forbidden":
+        return "unexpected field."
+    message = error["msg"].removeprefix("Value error, ")
+    # Never echo inputs back: a mistaken full card number must not reach a log or a response.
+    return message[0].lower() + message[1:] + ("" if message.endswith(".") else ".")
+
+
+def _parse_attributes(attributes: object, errors: list[ErrorDetail]) -> list[Token]:
+    if attributes is None:
+        return []
+    if not isinstance(attributes, dict):
+        errors.append(ErrorDetail("invalid_type", "attributes: must be a JSON object."))
+        return []
+    raw_tokens = attributes.get("tokens")
+    if raw_tokens is None:
+        return []
+    if not isinstance(raw_tokens, list):
+        errors.append(ErrorDetail("invalid_type", "attributes.tokens: must be a JSON array."))
+        return []
+    if len(raw_tokens) > MAX_TOKENS:
+        errors.append(
+            ErrorDetail(
+                "invalid_value", f"attributes.tokens: at most {MAX_TOKENS} tokens per request."
+            )
+        )
+        return []
+    tokens = []
+    for index, raw in enumerate(raw_tokens):
+        path = f"attributes.tokens[{index}]"
+        try:
+            tokens.append(parse_token(raw))
+        except ValueError as exc:
+            errors.append(ErrorDetail("invalid_token", f"{path}: {exc}"))
+    return tokens
+
+
+def parse_token(raw: object) -> Token:
+    """One token object; a ValueError says what is wrong with it."""
+    if not isinstance(raw, dict):
+        raise ValueError("a token must be a JSON object.")
+    kind = raw.get("type")
+    if not isinstance(kind, str) or kind not in TokenType.__members__:
+        allowed = ", ".join(TokenType)
+        raise ValueError(f"type must be one of {allowed}.")
+    token_type = TokenType(kind)
+    fields: dict[str, str | None] = {}
+    for name in ("value", "id", "namespace", "token"):
+        field = raw.get(name)
+        if field is not None and (not isinstance(field, str) or len(field) > TOKEN_TEXT_MAX):
+            raise ValueError(f"{name} must be a string of at most {TOKEN_TEXT_MAX} characters.")
+        fields[name] = field or None
+    value = fields["token"] or fields["value"] if token_type is TokenType.USER else fields["value"]
+    if value is None:
+        wanted = "token" if token_type is TokenType.USER else "value"
+        raise ValueError(f"{wanted} is required for a {token_type} token.")
+    if token_type in {TokenType.RECEIPT_ID, TokenType.DYNAMIC_QR_CODE} and not fields["namespace"]:
+        raise ValueError(f"namespace is required for a {token_type} token.")
+    if token_type is TokenType.RECEIPT_ID and len(value) > 200:
+        raise ValueError("a receipt identifier has at most 200 characters.")
+    if token_type is TokenType.CARD and not fields["id"]:
+        raise ValueError("id (the partner_card_id) is required for a CARD token.")
+    if token_type is TokenType.EMAIL:
+        try:
+            value = validate_email(value, check_deliverability=False).normalized
+        except EmailNotValidError as exc:
+            raise ValueError(f"value is not a valid e-mail address ({exc}).") from None
+    if token_type is TokenType.USER and not _looks_like_jwt(value):
+        raise ValueError("token is not a JSON Web Token (header.payload.signature).")
+    return Token(token_type, value, fields["id"], fields["namespace"])
+
+
+def _looks_like_jwt(value: str) -> bool:
+    parts = value.split(".")
+    if len(parts) != 3 or not all(parts[:2]):
+        return False
+    try:
+        header = json.loads(base64.urlsafe_b64decode(parts[0] + "=" * (-len(parts[0]) % 4)))
+        json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        return False
+    return isinstance(header, dict) and isinstance(header.get("alg"), str)
+
+
+def check_rules(
+    receipt: Receipt, prefix: tuple[str | int, ...] = (), *, attachments_enabled: bool
+) -> list[ErrorDetail]:
+    """Rules across fields: the arithmetic of SPEC §4, verifications, premium attachments."""
+    errors: list[ErrorDetail] = []
+
+    def at(*parts: str | int) -> str:
+        return json_path((*prefix, *parts))
+
+    def total(path: str, expected: int, actual: int, how: str) -> None:
+        if expected != actual:
+            errors.append(
+                ErrorDetail(
+                    "inconsistent_totals", f"{path}: is {expected} but {how} gives {actual}."
+                )
+            )
+
+    total(
+        at("totalPriceIncVAT"),
+        receipt.totalPriceIncVAT,
+        receipt.totalPriceExcVAT + receipt.totalVATAmount,
+        "totalPriceExcVAT + totalVATAmount",
+    )
+    total(
+        at("totalVATAmount"),
+        receipt.totalVATAmount,
+        sum(v.totalVATAmount for v in receipt.vats),
+        "the sum of vats[].totalVATAmount",
+    )
+    total(
+        at("totalPriceExcVAT"),
+        receipt.totalPriceExcVAT,
+        sum(v.totalAmountExcVAT for v in receipt.vats),
+        "the sum of vats[].totalAmountExcVAT",
+    )
+    total(
+        at("totalPriceIncVAT"),
+        receipt.totalPriceIncVAT,
+        sum(v.totalAmountIncVAT for v in receipt.vats),
+        "the sum of vats[].totalAmountIncVAT",
+    )
+    for i, vat in enumerate(receipt.vats):
+        total(
+            at("vats", i, "totalAmountIncVAT"),
+            vat.totalAmountIncVAT,
+            vat.totalAmountExcVAT + vat.totalVATAmount,
+            "totalAmountExcVAT + totalVATAmount",
+        )
+    for i, product in enumerate(receipt.products):
+        total(
+            at("products", i, "totalAmountExcVAT"),
+            product.totalAmountExcVAT,
+            sum(v.totalAmountExcVAT for v in product.vats),
+            "the sum of its vats[].totalAmountExcVAT",
+        )
+        total(
+            at("products", i, "totalAmountIncVAT"),
+            product.totalAmountIncVAT,
+            sum(v.totalAmountIncVAT for v in product.vats),
+            "the sum of its vats[].totalAmountIncVAT",
+        )
+        for j, part in enumerate(product.vats):
+            total(
+                at("products", i, "vats", j, "totalAmountIncVAT"),
+                part.totalAmountIncVAT,
+                part.totalAmountExcVAT + part.VATAmount,
+                "totalAmountExcVAT + VATAmount",
+            )
+    if receipt.kind == "PURCHASE" and receipt.payments is not None:
+        total(
+            at("payments"),
+            receipt.totalPriceIncVAT,
+            sum(p.amount for p in receipt.payments),
+            "the sum of payments[].amount (must equal totalPriceIncVAT)",
+        )
+    for i, verification in enumerate(receipt.verifications or []):
+        if verification.currentType == "AC" and verification.transactionBegin is None:
+            errors.append(
+                ErrorDetail(
+                    "missing_field",
+                    f"{at('verifications', i, 'transactionBegin')}: required when currentType "
+                    "is AC.",
+                )
+            )
+    if receipt.attachments and not attachments_enabled:
+        errors.append(
+            ErrorDetail(
+                "attachments_not_enabled",
+                f"{at('attachments')}: attachments are a premium feature not enabled for this "
+                "partner.",
+            )
+        )
+    return errors
+
+
+def card_payments(receipt: Receipt) -> list[tuple[int, CardPayment]]:
+    """The CARD payments of a receipt with their index in ``payments``."""
+    return [(i, p) for i, p in enumerate(receipt.payments or []) if isinstance(p, CardPayment)]

@@ -1,0 +1,162 @@
+"""Shared fixtures: a real migrated database (SQLite or PostgreSQL), a real server on loopback.
+
+The backend is chosen by ``KUITTI_TEST_DATABASE`` (``sqlite``, the default, or ``postgresql``);
+``scripts/test`` runs the suite once on each. PostgreSQL tests get a database of their own,
+created from ``KUITTI_TEST_POSTGRES_URL`` and dropped at the end, so parallel runs never meet.
+
+One server per test session runs the real app under uvicorn in a thread; tests talk to it over
+HTTP with httpx. Each test starts from empty tables and a frozen clock at ``CLOCK_START``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+import uvicorn
+from sqlalchemy import text
+
+from kuitti.app import create_app
+from kuitti.clock import FrozenClock
+from kuitti.config import Settings
+from kuitti.db import Base, Database
+from kuitti.dbmigrate import upgrade
+from kuitti.deps import Services
+
+BACKEND = os.environ.get("KUITTI_TEST_DATABASE", "sqlite")
+PG_ADMIN_URL = os.environ.get(
+    "KUITTI_TEST_POSTGRES_URL", "postgresql://kuitti:kuitti@127.0.0.1:5432/postgres"
+)
+CLOCK_START = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if BACKEND == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('db') / 'kuitti.db'}"
+        return
+    if BACKEND != "postgresql":
+        raise pytest.UsageError("KUITTI_TEST_DATABASE must be sqlite or postgresql")
+    name = f"kuitti_test_{secrets.token_hex(4)}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = PG_ADMIN_URL.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def make_settings(
+    database_url: str, var_dir: Path, public_url: str, **overrides: object
+) -> Settings:
+    values: dict[str, object] = {
+        "database_url": database_url,
+        "var_dir": var_dir,
+        "public_url": public_url,
+        "secret_key": "test-secret-key-not-for-production",
+        "webhook_allow_insecure": True,
+        "log_level": "WARNING",
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def clock() -> FrozenClock:
+    return FrozenClock(CLOCK_START)
+
+
+@pytest.fixture(scope="session")
+def server_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def session_services(
+    database_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    clock: FrozenClock,
+    server_port: int,
+) -> Iterator[Services]:
+    url = database_url.replace("postgresql://", "postgresql+psycopg://", 1)
+    db = Database(url, pool_size=10)
+    upgrade(db)
+    settings = make_settings(
+        database_url, tmp_path_factory.mktemp("var"), f"http://127.0.0.1:{server_port}"
+    )
+    yield Services(settings=settings, db=db, clock=clock)
+    db.dispose()
+
+
+class LiveServer:
+    """The real app under uvicorn in a background thread."""
+
+    def __init__(self, services: Services, port: int) -> None:
+        app = create_app(services.settings, db=services.db, clock=services.clock)
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.url = f"http://127.0.0.1:{port}"
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        started = threading.Event()
+        # uvicorn sets .started once it listens; wait on it without sleeping blindly.
+        for _ in range(500):
+            if self.server.started:
+                started.set()
+                break
+            started.wait(0.01)
+        assert started.is_set(), "the test server did not start"
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def live_server(session_services: Services, server_port: int) -> Iterator[LiveServer]:
+    with LiveServer(session_services, server_port) as server:
+        yield server
+
+
+def empty_tables(db: Database) -> None:
+    tables = [t.name for t in reversed(Base.metadata.sorted_tables)]
+    with db.engine.begin() as connection:
+        if db.dialect == "postgresql":
+            connection.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
+        else:
+            for table in tables:
+                connection.execute(text(f"DELETE FROM {table}"))  # noqa: S608
+
+
+@pytest.fixture
+def services(session_services: Services, clock: FrozenClock) -> Iterator[Services]:
+    """The services behind the live server, on empty tables and a reset clock."""
+    clock.set(CLOCK_START)
+    yield session_services
+    empty_tables(session_services.db)
+
+
+@pytest.fixture
+def client(live_server: LiveServer, services: Services) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=live_server.url, timeout=30) as http:
+        yield http

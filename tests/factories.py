@@ -1,0 +1,166 @@
+"""Plain typed functions that build test data. Receipts come out internally consistent (the
+arithmetic of SPEC §4 holds), so a test changes only what it is about."""
+
+from __future__ import annotations
+
+import copy
+from decimal import Decimal
+from typing import Any
+
+from kuitti.deps import Services
+from kuitti.models import PartnerRole, User
+from kuitti.partners.service import NewPartner, create_partner
+from kuitti.security import SecretBox
+from kuitti.users.service import create_user
+
+VAT_RATES = ("25.5", "14", "10")
+
+
+def product_row(
+    name: str = "Kahvi 500 g",
+    *,
+    unit_price: int = 599,
+    quantity: int = 1,
+    rate: str = "14",
+    **extra: Any,
+) -> dict[str, Any]:
+    """One product row; VAT is split out of the VAT-inclusive price exactly, in cents."""
+    inc = unit_price * quantity
+    rate_hundredths = int(Decimal(rate) * 100)
+    exc = (inc * 10000 + (10000 + rate_hundredths) // 2) // (10000 + rate_hundredths)
+    row: dict[str, Any] = {
+        "name": name,
+        "quantity": str(quantity),
+        "quantityCode": "pcs",
+        "unitPriceIncVAT": unit_price,
+        "totalAmountExcVAT": exc,
+        "totalAmountIncVAT": inc,
+        "vats": [
+            {
+                "VATRate": rate,
+                "VATAmount": inc - exc,
+                "totalAmountExcVAT": exc,
+                "totalAmountIncVAT": inc,
+            }
+        ],
+    }
+    row.update(extra)
+    return row
+
+
+def card_payment(amount: int, **attributes: Any) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "transactionType": "PURCHASE",
+        "currencyISOCode": "EUR",
+        "MID": "MID-000123",
+        "timeStamp": "2026-01-15T14:03:11+02:00",
+        "terminalId": "T-77",
+        "referenceNumber": "260115140311",
+        "authorizationCode": "A1B2C3",
+        "transactionId": "tx-0001",
+        "maskedPAN": "415301******1234",
+        "cardNetwork": "VISA",
+        "cardType": "DEBIT",
+    }
+    attrs.update(attributes)
+    return {"type": "CARD", "amount": amount, "attributes": attrs}
+
+
+def receipt_doc(
+    rows: list[dict[str, Any]] | None = None,
+    *,
+    payments: list[dict[str, Any]] | bool | None = True,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A valid receipt document. ``payments=True`` pays the total with one card payment."""
+    rows = rows if rows is not None else [product_row(), product_row("Pulla", unit_price=250)]
+    vats: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        for part in row["vats"]:
+            vat = vats.setdefault(
+                part["VATRate"],
+                {
+                    "VATRate": part["VATRate"],
+                    "totalVATAmount": 0,
+                    "totalAmountExcVAT": 0,
+                    "totalAmountIncVAT": 0,
+                },
+            )
+            vat["totalVATAmount"] += part["VATAmount"]
+            vat["totalAmountExcVAT"] += part["totalAmountExcVAT"]
+            vat["totalAmountIncVAT"] += part["totalAmountIncVAT"]
+    total_inc = sum(v["totalAmountIncVAT"] for v in vats.values())
+    doc: dict[str, Any] = {
+        "type": "PURCHASE",
+        "merchant": {
+            "name": "Kauppa Oy",
+            "companyID": "1234567-8",
+            "branch": {
+                "id": "001",
+                "posId": "POS-1",
+                "name": "Kauppa Kamppi",
+                "address": {
+                    "streetAddress": "Urho Kekkosen katu 1",
+                    "city": "Helsinki",
+                    "zipCode": "00100",
+                    "country": "FI",
+                },
+            },
+        },
+        "products": rows,
+        "vats": list(vats.values()),
+        "receiptNumber": "R-2026-0001",
+        "receiptTimeStamp": "2026-01-15T14:03:00+02:00",
+        "currencyISOCode": "EUR",
+        "totalVATAmount": sum(v["totalVATAmount"] for v in vats.values()),
+        "totalPriceExcVAT": sum(v["totalAmountExcVAT"] for v in vats.values()),
+        "totalPriceIncVAT": total_inc,
+    }
+    if payments is True:
+        doc["payments"] = [card_payment(total_inc)]
+    elif isinstance(payments, list):
+        doc["payments"] = payments
+    doc.update(extra)
+    return doc
+
+
+def many_rows(count: int) -> list[dict[str, Any]]:
+    return [
+        product_row(f"Tuote {i}", unit_price=100 + i * 7, quantity=1 + i % 3, rate=VAT_RATES[i % 3])
+        for i in range(count)
+    ]
+
+
+def token_body(doc: dict[str, Any], *tokens: dict[str, Any]) -> dict[str, Any]:
+    return {"attributes": {"tokens": list(tokens)}, "receipt": copy.deepcopy(doc)}
+
+
+def make_partner(
+    services: Services,
+    *roles: PartnerRole,
+    name: str = "Kauppa Oy",
+    **options: Any,
+) -> NewPartner:
+    """A partner with the given roles (merchant by default); secrets in the result."""
+    box = SecretBox(services.settings.resolved_secret_key)
+    with services.db.session() as session:
+        return create_partner(
+            session,
+            box,
+            name=name,
+            roles=list(roles) or [PartnerRole.MERCHANT],
+            now=services.clock.now(),
+            allow_insecure_webhooks=True,
+            **options,
+        )
+
+
+def make_user(
+    services: Services, email: str = "maija@example.com", password: str = "correct horse 1"
+) -> User:
+    with services.db.session() as session:
+        return create_user(session, email, password, now=services.clock.now(), verified=True)
+
+
+def auth(api_key: str) -> dict[str, str]:
+    return {"Authorization": f"Token {api_key}"}
