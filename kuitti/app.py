@@ -14,6 +14,7 @@ from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.staticfiles import StaticFiles
 
 from kuitti import __version__
 from kuitti.clock import Clock, SystemClock
@@ -27,6 +28,7 @@ from kuitti.middleware import RequestContextMiddleware
 from kuitti.receipts.routes import router as receipts_router
 from kuitti.receipts.schema import Receipt, TokenReceiptRequest
 from kuitti.responses import ORJSONResponse
+from kuitti.web import STATIC_DIR
 from kuitti.webhooks.worker import run_worker
 
 ROUTERS = (receipts_router,)
@@ -68,6 +70,7 @@ def create_app(
         _add_slash_twins(router)
         app.include_router(router)
     _add_operations_routes(app, services)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_error_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

@@ -22,6 +22,8 @@ class WebhookDelivery(Base):
     partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), index=True)
     notification_type: Mapped[str] = mapped_column(String(64))
     payload: Mapped[str] = mapped_column(Text)
+    # Card-issuer webhooks carry the bare key in Authorization; the others 'Token <key>'.
+    bare_authorization: Mapped[bool] = mapped_column(default=False)
     status: Mapped[str] = mapped_column(String(16), default="pending")
     attempt_count: Mapped[int] = mapped_column(default=0)
     next_attempt_at: Mapped[datetime]

@@ -33,8 +33,12 @@ def enqueue(
     payload: dict[str, Any],
     *,
     now: datetime,
+    bare_authorization: bool = False,
 ) -> WebhookDelivery | None:
-    """Queue one webhook for a partner; partners without a webhook URL get none."""
+    """Queue one webhook for a partner; partners without a webhook URL get none.
+
+    ``bare_authorization``: card-issuer webhooks send ``Authorization: <key>`` rather than
+    ``Token <key>``."""
     if not partner.webhook_url:
         return None
     delivery = WebhookDelivery(
@@ -42,6 +46,7 @@ def enqueue(
         partner_id=partner.id,
         notification_type=notification_type.value,
         payload=orjson.dumps(payload).decode(),
+        bare_authorization=bare_authorization,
         status="pending",
         attempt_count=0,
         next_attempt_at=now,

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 07:27:36.064413
+Create Date: 2026-11-22 07:31:39.346658
 """
 
 from collections.abc import Sequence
@@ -165,6 +165,7 @@ def upgrade() -> None:
         sa.Column("partner_id", sa.Uuid(), nullable=False),
         sa.Column("notification_type", sa.String(length=64), nullable=False),
         sa.Column("payload", sa.Text(), nullable=False),
+        sa.Column("bare_authorization", sa.Boolean(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("attempt_count", sa.Integer(), nullable=False),
         sa.Column("next_attempt_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),

@@ -1,0 +1,166 @@
+"""E-mail through the outbox: ``enqueue_mail`` writes a row in the caller's transaction;
+``send_due_mail`` (run by the delivery worker, or called directly) sends what is due over SMTP
+(``KUITTI_SMTP_URL``), or writes ``.eml`` files under ``var/mail/`` when no SMTP server is set.
+"""
+
+from __future__ import annotations
+
+import smtplib
+import ssl
+import uuid
+from datetime import datetime, timedelta
+from email.message import EmailMessage
+from email.utils import format_datetime, make_msgid
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kuitti.config import Settings
+from kuitti.deps import Services
+from kuitti.logs import log
+from kuitti.models import MailMessage
+
+MAIL_BATCH = 20
+MAIL_LEASE_SECONDS = 120
+
+
+def enqueue_mail(
+    session: Session,
+    *,
+    to: str,
+    subject: str,
+    text_body: str,
+    html_body: str | None = None,
+    receipt_pdf_id: uuid.UUID | None = None,
+    now: datetime,
+) -> MailMessage:
+    message = MailMessage(
+        id=uuid.uuid4(),
+        to_address=to,
+        subject=subject,
+        text_body=text_body,
+        html_body=html_body,
+        receipt_pdf_id=receipt_pdf_id,
+        status="pending",
+        attempt_count=0,
+        next_attempt_at=now,
+        created_at=now,
+    )
+    session.add(message)
+    return message
+
+
+def build_message(
+    settings: Settings, row: MailMessage, attachments: list[tuple[str, bytes]]
+) -> EmailMessage:
+    message = EmailMessage()
+    message["From"] = settings.mail_from
+    message["To"] = row.to_address
+    message["Subject"] = row.subject
+    message["Date"] = format_datetime(row.created_at)
+    message["Message-ID"] = make_msgid(idstring=row.id.hex, domain="kuitti.invalid")
+    message.set_content(row.text_body)
+    if row.html_body:
+        message.add_alternative(row.html_body, subtype="html")
+    for filename, content in attachments:
+        maintype, _, subtype = _media_type(filename).partition("/")
+        message.add_attachment(content, maintype=maintype, subtype=subtype, filename=filename)
+    return message
+
+
+def _media_type(filename: str) -> str:
+    return "application/pdf" if filename.endswith(".pdf") else "application/octet-stream"
+
+
+def transmit(settings: Settings, message: EmailMessage, message_id: uuid.UUID) -> None:
+    """Hand one message to the SMTP server, or write it as an .eml file."""
+    if not settings.smtp_url:
+        settings.mail_dir.mkdir(parents=True, exist_ok=True)
+        (settings.mail_dir / f"{message_id}.eml").write_bytes(bytes(message))
+        return
+    url = urlsplit(settings.smtp_url)
+    options = parse_qs(url.query)
+    host = url.hostname or "localhost"
+    if url.scheme == "smtps":
+        with smtplib.SMTP_SSL(
+            host, url.port or 465, timeout=30, context=ssl.create_default_context()
+        ) as smtp:
+            _login_and_send(smtp, url.username, url.password, message)
+        return
+    with smtplib.SMTP(host, url.port or 25, timeout=30) as smtp:
+        if options.get("starttls", ["false"])[0].lower() == "true":
+            smtp.starttls(context=ssl.create_default_context())
+        _login_and_send(smtp, url.username, url.password, message)
+
+
+def _login_and_send(
+    smtp: smtplib.SMTP, user: str | None, password: str | None, message: EmailMessage
+) -> None:
+    if user:
+        smtp.login(unquote(user), unquote(password or ""))
+    smtp.send_message(message)
+
+
+def retry_delay_seconds(settings: Settings, attempt: int) -> int:
+    schedule = settings.webhook_retry_schedule
+    return schedule[min(attempt, len(schedule)) - 1]
+
+
+def send_due_mail(services: Services) -> int:
+    """Send every message that is due; returns how many were sent. Failures are retried on the
+    same schedule as webhooks and marked failed after the last delay."""
+    sent = 0
+    while True:
+        now = services.clock.now()
+        with services.db.session() as session:
+            query = (
+                select(MailMessage)
+                .where(MailMessage.status == "pending", MailMessage.next_attempt_at <= now)
+                .order_by(MailMessage.next_attempt_at)
+                .limit(MAIL_BATCH)
+            )
+            if services.db.dialect == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            rows = list(session.scalars(query))
+            for row in rows:
+                # A lease: another worker leaves the row alone until it expires.
+                row.next_attempt_at = now + timedelta(seconds=MAIL_LEASE_SECONDS)
+            claimed = [(row.id, row.attempt_count) for row in rows]
+        if not claimed:
+            return sent
+        for message_id, attempts in claimed:
+            sent += _send_one(services, message_id, attempts)
+
+
+def _send_one(services: Services, message_id: uuid.UUID, attempts: int) -> int:
+    from kuitti.delivery.attachments import attachments_for
+
+    settings = services.settings
+    with services.db.session(write=False) as session:
+        row = session.get(MailMessage, message_id)
+        assert row is not None
+        session.expunge(row)
+        files = attachments_for(services, session, row)
+    error: str | None = None
+    try:
+        transmit(settings, build_message(settings, row, files), row.id)
+    except (OSError, smtplib.SMTPException) as exc:
+        error = f"{type(exc).__name__}: {exc}"[:1000]
+    now = services.clock.now()
+    with services.db.session() as session:
+        row = session.get(MailMessage, message_id)
+        assert row is not None
+        row.attempt_count = attempts + 1
+        if error is None:
+            row.status, row.sent_at, row.last_error = "sent", now, None
+            return 1
+        row.last_error = error
+        if row.attempt_count > len(settings.webhook_retry_schedule):
+            row.status = "failed"
+        else:
+            row.next_attempt_at = now + timedelta(
+                seconds=retry_delay_seconds(settings, row.attempt_count)
+            )
+        log.warning("mail not sent", message_id=str(message_id), error=error)
+    return 0
