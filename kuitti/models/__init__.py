@@ -2,6 +2,7 @@
 ``Base.metadata`` (Alembic needs the one metadata)."""
 
 from kuitti.models.cards import Card
+from kuitti.models.delivery import DynamicQrCode
 from kuitti.models.oauth import Connection
 from kuitti.models.outbox import MailMessage, WebhookAttempt, WebhookDelivery
 from kuitti.models.partners import Namespace, Partner, PartnerRole
@@ -17,6 +18,7 @@ from kuitti.models.users import User
 __all__ = [
     "Card",
     "Connection",
+    "DynamicQrCode",
     "IdempotencyRecord",
     "MailMessage",
     "Namespace",

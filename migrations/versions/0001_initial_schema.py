@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 07:31:39.346658
+Create Date: 2026-11-22 07:35:16.272454
 """
 
 from collections.abc import Sequence
@@ -186,6 +186,33 @@ def upgrade() -> None:
         )
 
     op.create_table(
+        "dynamic_qr_codes",
+        sa.Column("value_hash", sa.String(length=64), nullable=False),
+        sa.Column("connection_id", sa.Uuid(), nullable=False),
+        sa.Column("namespace", sa.String(length=64), nullable=False),
+        sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["connection_id"],
+            ["connections.id"],
+            name=op.f("fk_dynamic_qr_codes_connection_id_connections"),
+        ),
+        sa.ForeignKeyConstraint(
+            ["namespace"],
+            ["namespaces.name"],
+            name=op.f("fk_dynamic_qr_codes_namespace_namespaces"),
+        ),
+        sa.PrimaryKeyConstraint("value_hash", name=op.f("pk_dynamic_qr_codes")),
+    )
+    with op.batch_alter_table("dynamic_qr_codes", schema=None) as batch_op:
+        batch_op.create_index(
+            batch_op.f("ix_dynamic_qr_codes_connection_id"), ["connection_id"], unique=False
+        )
+        batch_op.create_index(
+            batch_op.f("ix_dynamic_qr_codes_expires_at"), ["expires_at"], unique=False
+        )
+
+    op.create_table(
         "mail_messages",
         sa.Column("id", sa.Uuid(), nullable=False),
         sa.Column("to_address", sa.String(length=320), nullable=False),
@@ -312,6 +339,11 @@ def downgrade() -> None:
         batch_op.drop_index("ix_mail_messages_due")
 
     op.drop_table("mail_messages")
+    with op.batch_alter_table("dynamic_qr_codes", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_dynamic_qr_codes_expires_at"))
+        batch_op.drop_index(batch_op.f("ix_dynamic_qr_codes_connection_id"))
+
+    op.drop_table("dynamic_qr_codes")
     with op.batch_alter_table("webhook_deliveries", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_webhook_deliveries_partner_id"))
         batch_op.drop_index("ix_webhook_deliveries_due")
