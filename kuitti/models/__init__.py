@@ -3,7 +3,7 @@
 
 from kuitti.models.cards import Card
 from kuitti.models.delivery import DynamicQrCode
-from kuitti.models.oauth import Connection
+from kuitti.models.oauth import AuthorizationCode, Connection, IssuedToken, SigningKey
 from kuitti.models.outbox import MailMessage, WebhookAttempt, WebhookDelivery
 from kuitti.models.partners import Namespace, Partner, PartnerRole
 from kuitti.models.receipts import (
@@ -13,13 +13,16 @@ from kuitti.models.receipts import (
     ReceiptGrant,
     ReceiptLink,
 )
-from kuitti.models.users import User
+from kuitti.models.users import LoginThrottle, User, UserSession, UserToken
 
 __all__ = [
+    "AuthorizationCode",
     "Card",
     "Connection",
     "DynamicQrCode",
     "IdempotencyRecord",
+    "IssuedToken",
+    "LoginThrottle",
     "MailMessage",
     "Namespace",
     "Partner",
@@ -28,7 +31,10 @@ __all__ = [
     "ReceiptDelivery",
     "ReceiptGrant",
     "ReceiptLink",
+    "SigningKey",
     "User",
+    "UserSession",
+    "UserToken",
     "WebhookAttempt",
     "WebhookDelivery",
 ]
