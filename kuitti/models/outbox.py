@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from enum import StrEnum
 
 from sqlalchemy import ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
@@ -12,8 +13,20 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 from kuitti.db import Base
 
 
+class DeliveryStatus(StrEnum):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
 class WebhookDelivery(Base):
-    """One notification to one partner. Its id is the Standard Webhooks ``webhook-id``."""
+    """One notification to one partner. Its id (as a UUID string) is the Standard Webhooks
+    ``webhook-id``, the same on every attempt and replay.
+
+    A worker claims a due row by setting ``lease_expires_at`` and a fresh ``lease_token``; another
+    worker leaves it alone until the lease expires, and the claimer records its outcome only while
+    the token is still its own.
+    """
 
     __tablename__ = "webhook_deliveries"
     __table_args__ = (Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),)
@@ -28,6 +41,7 @@ class WebhookDelivery(Base):
     attempt_count: Mapped[int] = mapped_column(default=0)
     next_attempt_at: Mapped[datetime]
     lease_expires_at: Mapped[datetime | None]
+    lease_token: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[datetime]
     delivered_at: Mapped[datetime | None]
 

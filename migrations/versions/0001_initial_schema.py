@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 07:35:45.604638
+Create Date: 2026-11-22 07:36:02.320058
 """
 
 from collections.abc import Sequence
@@ -217,6 +217,7 @@ def upgrade() -> None:
         sa.Column("attempt_count", sa.Integer(), nullable=False),
         sa.Column("next_attempt_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
         sa.Column("lease_expires_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("lease_token", sa.String(length=32), nullable=True),
         sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
         sa.Column("delivered_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
