@@ -1,7 +1,13 @@
 """Every table, one module per aggregate. Importing this package registers them all on
 ``Base.metadata`` (Alembic needs the one metadata)."""
 
-from kuitti.models.cards import Card
+from kuitti.models.cards import (
+    Card,
+    CardMatch,
+    CardPaymentRecord,
+    CardPurchase,
+    CardTransaction,
+)
 from kuitti.models.delivery import DynamicQrCode
 from kuitti.models.oauth import AuthorizationCode, Connection, IssuedToken, SigningKey
 from kuitti.models.outbox import MailMessage, WebhookAttempt, WebhookDelivery
@@ -18,6 +24,10 @@ from kuitti.models.users import LoginThrottle, User, UserSession, UserToken
 __all__ = [
     "AuthorizationCode",
     "Card",
+    "CardMatch",
+    "CardPaymentRecord",
+    "CardPurchase",
+    "CardTransaction",
     "Connection",
     "DynamicQrCode",
     "IdempotencyRecord",

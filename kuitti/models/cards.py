@@ -1,9 +1,18 @@
+"""Cards, card transactions and card-linking state (SPEC §7; rules in ``docs/matching.md``).
+
+Only masked PANs are ever stored. Matching reads these tables through composite B-tree indexes
+whose leading columns are equalities (merchant id, amount) and whose last column is the time, so
+every lookup is one bounded index range, whatever the table size.
+"""
+
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from enum import StrEnum
+from typing import Any
 
-from sqlalchemy import ForeignKey, Index, String, text
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from kuitti.db import Base
@@ -24,6 +33,7 @@ class Card(Base):
             postgresql_where=text("deleted_at IS NULL"),
         ),
         Index("ix_cards_last4", "pan_last4"),
+        Index("ix_cards_partner_card_id", "partner_card_id"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
@@ -38,3 +48,123 @@ class Card(Base):
     pilot: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime]
     deleted_at: Mapped[datetime | None]
+
+
+class TransactionType(StrEnum):
+    AUTH = "auth"
+    CLEARING = "clearing"
+
+
+class CardPurchase(Base):
+    """One purchase of one card: an auth and its later clearing (either may be missing).
+
+    ``authorization_code`` and ``reference_number`` are whatever its transactions carried (they
+    never disagree: a clearing whose code differs from an auth's starts a purchase of its own).
+    ``payment_id`` is the receipt payment it served; a purchase serves at most one.
+    """
+
+    __tablename__ = "card_purchases"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    card_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("cards.id"), index=True)
+    merchant_id: Mapped[str] = mapped_column(String(200))
+    merchant_name: Mapped[str] = mapped_column(String(500))
+    authorization_code: Mapped[str | None] = mapped_column(String(200))
+    reference_number: Mapped[str | None] = mapped_column(String(200))
+    payment_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("card_payments.id"), unique=True
+    )
+    created_at: Mapped[datetime]
+
+
+class CardTransaction(Base):
+    """An auth or clearing record reported by the card's issuer. ``amount`` is signed
+    (a refund is a negative clearing)."""
+
+    __tablename__ = "card_transactions"
+    __table_args__ = (
+        # Receipt payment → transactions: MID and amount equal, time in a range.
+        Index("ix_card_transactions_lookup", "merchant_id", "amount", "occurred_at"),
+        # A clearing looking for its auth among the same card's transactions.
+        Index("ix_card_transactions_card", "card_id", "merchant_id", "occurred_at"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    card_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("cards.id"))
+    purchase_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("card_purchases.id"), index=True)
+    transaction_type: Mapped[str] = mapped_column(String(16))
+    amount: Mapped[int] = mapped_column(BigInteger)
+    currency: Mapped[str] = mapped_column(String(3))
+    occurred_at: Mapped[datetime]
+    merchant_id: Mapped[str] = mapped_column(String(200))
+    merchant_name: Mapped[str] = mapped_column(String(500))
+    reference_number: Mapped[str | None] = mapped_column(String(200))
+    authorization_code: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime]
+
+
+class PaymentStatus(StrEnum):
+    WAITING = "waiting"
+    MATCHED = "matched"
+    UNMATCHABLE = "unmatchable"
+
+
+class CardPaymentRecord(Base):
+    """One CARD payment of a stored receipt, with the keys matching looks it up by.
+
+    ``paid_at`` is the payment's ``timeStamp`` (else the receipt's); ``settle_at`` is set while the
+    payment has exactly one fitting card on keys alone and waits for the auth window to close;
+    ``reason`` says, for ``kuitti receipts explain``, why it waits.
+    """
+
+    __tablename__ = "card_payments"
+    __table_args__ = (
+        # Transaction → waiting payments: MID and amount (or pre-authorised amount), time range.
+        Index("ix_card_payments_lookup", "merchant_id", "amount", "paid_at"),
+        Index("ix_card_payments_preauth", "merchant_id", "pre_authorized_amount", "paid_at"),
+        Index(
+            "ix_card_payments_settle",
+            "settle_at",
+            sqlite_where=text("settle_at IS NOT NULL"),
+            postgresql_where=text("settle_at IS NOT NULL"),
+        ),
+        Index("uq_card_payments_receipt_index", "receipt_id", "payment_index", unique=True),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"))
+    payment_index: Mapped[int]
+    status: Mapped[str] = mapped_column(String(16))
+    merchant_id: Mapped[str | None] = mapped_column(String(200))
+    amount: Mapped[int] = mapped_column(BigInteger)
+    pre_authorized_amount: Mapped[int | None] = mapped_column(BigInteger)
+    currency: Mapped[str] = mapped_column(String(3))
+    paid_at: Mapped[datetime]
+    masked_pan: Mapped[str | None] = mapped_column(String(32))
+    pan_last4: Mapped[str | None] = mapped_column(String(4))
+    authorization_code: Mapped[str | None] = mapped_column(String(200))
+    reference_number: Mapped[str | None] = mapped_column(String(200))
+    settle_at: Mapped[datetime | None]
+    reason: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class CardMatch(Base):
+    """A receipt payment delivered to a card's holder, and why (``explanation``).
+
+    ``purchase_id`` is null for a pilot card matched on its masked PAN alone (pilot banks report
+    no transactions)."""
+
+    __tablename__ = "card_matches"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    payment_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("card_payments.id"), unique=True)
+    receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"), index=True)
+    card_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("cards.id"), index=True)
+    purchase_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("card_purchases.id"), unique=True
+    )
+    user_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id"))
+    explanation: Mapped[dict[str, Any]] = mapped_column(JSON)
+    matched_at: Mapped[datetime]

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 07:36:02.320058
+Create Date: 2026-11-22 07:37:48.573957
 """
 
 from collections.abc import Sequence
@@ -90,6 +90,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("cards", schema=None) as batch_op:
         batch_op.create_index("ix_cards_last4", ["pan_last4"], unique=False)
+        batch_op.create_index("ix_cards_partner_card_id", ["partner_card_id"], unique=False)
         batch_op.create_index(batch_op.f("ix_cards_partner_id"), ["partner_id"], unique=False)
         batch_op.create_index(batch_op.f("ix_cards_user_id"), ["user_id"], unique=False)
         batch_op.create_index(
@@ -231,6 +232,50 @@ def upgrade() -> None:
         )
         batch_op.create_index(
             batch_op.f("ix_webhook_deliveries_partner_id"), ["partner_id"], unique=False
+        )
+
+    op.create_table(
+        "card_payments",
+        sa.Column("id", sa.Uuid(), nullable=False),
+        sa.Column("receipt_id", sa.Uuid(), nullable=False),
+        sa.Column("payment_index", sa.Integer(), nullable=False),
+        sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("merchant_id", sa.String(length=200), nullable=True),
+        sa.Column("amount", sa.BigInteger(), nullable=False),
+        sa.Column("pre_authorized_amount", sa.BigInteger(), nullable=True),
+        sa.Column("currency", sa.String(length=3), nullable=False),
+        sa.Column("paid_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("masked_pan", sa.String(length=32), nullable=True),
+        sa.Column("pan_last4", sa.String(length=4), nullable=True),
+        sa.Column("authorization_code", sa.String(length=200), nullable=True),
+        sa.Column("reference_number", sa.String(length=200), nullable=True),
+        sa.Column("settle_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("reason", sa.JSON(), nullable=False),
+        sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["receipt_id"], ["receipts.id"], name=op.f("fk_card_payments_receipt_id_receipts")
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_card_payments")),
+    )
+    with op.batch_alter_table("card_payments", schema=None) as batch_op:
+        batch_op.create_index(
+            "ix_card_payments_lookup", ["merchant_id", "amount", "paid_at"], unique=False
+        )
+        batch_op.create_index(
+            "ix_card_payments_preauth",
+            ["merchant_id", "pre_authorized_amount", "paid_at"],
+            unique=False,
+        )
+        batch_op.create_index(
+            "ix_card_payments_settle",
+            ["settle_at"],
+            unique=False,
+            sqlite_where=sa.text("settle_at IS NOT NULL"),
+            postgresql_where=sa.text("settle_at IS NOT NULL"),
+        )
+        batch_op.create_index(
+            "uq_card_payments_receipt_index", ["receipt_id", "payment_index"], unique=True
         )
 
     op.create_table(
@@ -419,11 +464,124 @@ def upgrade() -> None:
             batch_op.f("ix_webhook_attempts_delivery_id"), ["delivery_id"], unique=False
         )
 
+    op.create_table(
+        "card_purchases",
+        sa.Column("id", sa.Uuid(), nullable=False),
+        sa.Column("card_id", sa.Uuid(), nullable=False),
+        sa.Column("merchant_id", sa.String(length=200), nullable=False),
+        sa.Column("merchant_name", sa.String(length=500), nullable=False),
+        sa.Column("authorization_code", sa.String(length=200), nullable=True),
+        sa.Column("reference_number", sa.String(length=200), nullable=True),
+        sa.Column("payment_id", sa.Uuid(), nullable=True),
+        sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["card_id"], ["cards.id"], name=op.f("fk_card_purchases_card_id_cards")
+        ),
+        sa.ForeignKeyConstraint(
+            ["payment_id"],
+            ["card_payments.id"],
+            name=op.f("fk_card_purchases_payment_id_card_payments"),
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_card_purchases")),
+        sa.UniqueConstraint("payment_id", name=op.f("uq_card_purchases_payment_id")),
+    )
+    with op.batch_alter_table("card_purchases", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_card_purchases_card_id"), ["card_id"], unique=False)
+
+    op.create_table(
+        "card_matches",
+        sa.Column("id", sa.Uuid(), nullable=False),
+        sa.Column("payment_id", sa.Uuid(), nullable=False),
+        sa.Column("receipt_id", sa.Uuid(), nullable=False),
+        sa.Column("card_id", sa.Uuid(), nullable=False),
+        sa.Column("purchase_id", sa.Uuid(), nullable=True),
+        sa.Column("user_id", sa.Uuid(), nullable=True),
+        sa.Column("explanation", sa.JSON(), nullable=False),
+        sa.Column("matched_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["card_id"], ["cards.id"], name=op.f("fk_card_matches_card_id_cards")
+        ),
+        sa.ForeignKeyConstraint(
+            ["payment_id"],
+            ["card_payments.id"],
+            name=op.f("fk_card_matches_payment_id_card_payments"),
+        ),
+        sa.ForeignKeyConstraint(
+            ["purchase_id"],
+            ["card_purchases.id"],
+            name=op.f("fk_card_matches_purchase_id_card_purchases"),
+        ),
+        sa.ForeignKeyConstraint(
+            ["receipt_id"], ["receipts.id"], name=op.f("fk_card_matches_receipt_id_receipts")
+        ),
+        sa.ForeignKeyConstraint(
+            ["user_id"], ["users.id"], name=op.f("fk_card_matches_user_id_users")
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_card_matches")),
+        sa.UniqueConstraint("payment_id", name=op.f("uq_card_matches_payment_id")),
+        sa.UniqueConstraint("purchase_id", name=op.f("uq_card_matches_purchase_id")),
+    )
+    with op.batch_alter_table("card_matches", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_card_matches_card_id"), ["card_id"], unique=False)
+        batch_op.create_index(
+            batch_op.f("ix_card_matches_receipt_id"), ["receipt_id"], unique=False
+        )
+
+    op.create_table(
+        "card_transactions",
+        sa.Column("id", sa.Uuid(), nullable=False),
+        sa.Column("card_id", sa.Uuid(), nullable=False),
+        sa.Column("purchase_id", sa.Uuid(), nullable=False),
+        sa.Column("transaction_type", sa.String(length=16), nullable=False),
+        sa.Column("amount", sa.BigInteger(), nullable=False),
+        sa.Column("currency", sa.String(length=3), nullable=False),
+        sa.Column("occurred_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("merchant_id", sa.String(length=200), nullable=False),
+        sa.Column("merchant_name", sa.String(length=500), nullable=False),
+        sa.Column("reference_number", sa.String(length=200), nullable=True),
+        sa.Column("authorization_code", sa.String(length=200), nullable=True),
+        sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["card_id"], ["cards.id"], name=op.f("fk_card_transactions_card_id_cards")
+        ),
+        sa.ForeignKeyConstraint(
+            ["purchase_id"],
+            ["card_purchases.id"],
+            name=op.f("fk_card_transactions_purchase_id_card_purchases"),
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_card_transactions")),
+    )
+    with op.batch_alter_table("card_transactions", schema=None) as batch_op:
+        batch_op.create_index(
+            "ix_card_transactions_card", ["card_id", "merchant_id", "occurred_at"], unique=False
+        )
+        batch_op.create_index(
+            "ix_card_transactions_lookup", ["merchant_id", "amount", "occurred_at"], unique=False
+        )
+        batch_op.create_index(
+            batch_op.f("ix_card_transactions_purchase_id"), ["purchase_id"], unique=False
+        )
+
     # ### end Alembic commands ###
 
 
 def downgrade() -> None:
     # ### commands auto generated by Alembic - please adjust! ###
+    with op.batch_alter_table("card_transactions", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_card_transactions_purchase_id"))
+        batch_op.drop_index("ix_card_transactions_lookup")
+        batch_op.drop_index("ix_card_transactions_card")
+
+    op.drop_table("card_transactions")
+    with op.batch_alter_table("card_matches", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_card_matches_receipt_id"))
+        batch_op.drop_index(batch_op.f("ix_card_matches_card_id"))
+
+    op.drop_table("card_matches")
+    with op.batch_alter_table("card_purchases", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_card_purchases_card_id"))
+
+    op.drop_table("card_purchases")
     with op.batch_alter_table("webhook_attempts", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_webhook_attempts_delivery_id"))
 
@@ -459,6 +617,17 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_dynamic_qr_codes_connection_id"))
 
     op.drop_table("dynamic_qr_codes")
+    with op.batch_alter_table("card_payments", schema=None) as batch_op:
+        batch_op.drop_index("uq_card_payments_receipt_index")
+        batch_op.drop_index(
+            "ix_card_payments_settle",
+            sqlite_where=sa.text("settle_at IS NOT NULL"),
+            postgresql_where=sa.text("settle_at IS NOT NULL"),
+        )
+        batch_op.drop_index("ix_card_payments_preauth")
+        batch_op.drop_index("ix_card_payments_lookup")
+
+    op.drop_table("card_payments")
     with op.batch_alter_table("webhook_deliveries", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_webhook_deliveries_partner_id"))
         batch_op.drop_index("ix_webhook_deliveries_due")
@@ -499,6 +668,7 @@ def downgrade() -> None:
         )
         batch_op.drop_index(batch_op.f("ix_cards_user_id"))
         batch_op.drop_index(batch_op.f("ix_cards_partner_id"))
+        batch_op.drop_index("ix_cards_partner_card_id")
         batch_op.drop_index("ix_cards_last4")
 
     op.drop_table("cards")
