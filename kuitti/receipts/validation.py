@@ -169,6 +169,8 @@ def _code_for(error: ErrorDetails) -> str:
     kind = error["type"]
     if kind == "missing":
         return "missing_field"
+    if kind == "int_type" and _is_json_integer(error.get("input")):
+        return "invalid_value"  # an integer too large for any amount: right type, wrong value
     if kind in _TYPE_ERRORS:
         return "invalid_type"
     if kind in {"literal_error", "enum"} and not isinstance(error.get("input"), str):
@@ -176,10 +178,19 @@ def _code_for(error: ErrorDetails) -> str:
     return "invalid_value"
 
 
+def _is_json_integer(value: object) -> bool:
+    """An integer literal, also one beyond 64 bits (orjson reads those as floats)."""
+    if isinstance(value, float):
+        return value.is_integer() and abs(value) >= 2**63
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _message_for(error: ErrorDetails) -> str:
     kind = error["type"]
     if kind == "missing":
         return "this field is required."
+    if kind == "int_type" and _is_json_integer(error.get("input")):
+        return "the integer is out of range."
     if kind == "extra_forbidden":
         return "unexpected field."
     message = error["msg"].removeprefix("Value error, ")
