@@ -14,3 +14,30 @@ HTTP_LATENCY = Histogram(
     buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 RECEIPTS_CREATED = Counter("kuitti_receipts_created_total", "Receipts stored")
+
+# Webhooks (kuitti/webhooks/worker.py)
+WEBHOOKS_SENT = Counter(
+    "kuitti_webhook_deliveries_sent_total",
+    "Webhook deliveries that a partner accepted with a 2xx answer",
+    ["notification_type"],
+)
+WEBHOOKS_RETRIED = Counter(
+    "kuitti_webhook_deliveries_retried_total",
+    "Webhook attempts that failed and were scheduled again",
+    ["notification_type"],
+)
+WEBHOOKS_FAILED = Counter(
+    "kuitti_webhook_deliveries_failed_total",
+    "Webhook deliveries given up after the last retry",
+    ["notification_type"],
+)
+WEBHOOK_LAG = Histogram(
+    "kuitti_webhook_delivery_lag_seconds",
+    "From the event (outbox row written) to the partner's 2xx answer",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600, 86400),
+)
+WEBHOOK_ATTEMPT_LATENCY = Histogram(
+    "kuitti_webhook_attempt_duration_seconds",
+    "Duration of one webhook HTTP call",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)

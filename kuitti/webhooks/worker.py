@@ -1,12 +1,576 @@
-"""The delivery worker: sends due webhooks and e-mails from the outbox."""
+"""The delivery worker: sends due webhooks (and e-mails) from the outbox.
+
+One delivery goes through three steps, each usable on its own (tests call them directly):
+
+1. ``claim_due`` — in one short write transaction, pick due rows (``FOR UPDATE SKIP LOCKED`` on
+   PostgreSQL, so concurrent workers never pick the same row; SQLite serialises writers) and lease
+   them: ``lease_expires_at`` = now + timeout + margin, and a fresh ``lease_token``. A worker that
+   dies after claiming leaves the row to whoever finds it after the lease.
+2. ``send`` — one HTTP POST of the stored body bytes with the signed headers, bounded by the
+   timeout in total; no redirects are followed. Nothing touches the database meanwhile.
+3. ``record_outcomes`` — in one write transaction, log every attempt and move each delivery on:
+   ``delivered`` on 2xx, else pending again after the next delay of the retry schedule (±10 %
+   jitter), or ``failed`` after the last. A row is moved only while the lease token is still the
+   one this worker set (a worker that overran its lease cannot undo another's result).
+
+``run_worker`` runs these as a pipeline: up to ``MAX_IN_FLIGHT`` calls at once, at most
+``MAX_IN_FLIGHT_PER_PARTNER`` to one partner (a slow partner cannot hold up the others), outcomes
+written in batches. It waits for work on an in-process wake-up (a commit that queued a webhook),
+PostgreSQL ``LISTEN``, or a short poll (retries falling due, other processes on SQLite).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
+import secrets
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import lru_cache
 
+import httpx
+from sqlalchemy import and_, bindparam, insert, or_, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.sql.elements import ColumnElement
+
+from kuitti import metrics
+from kuitti.config import Settings
 from kuitti.deps import Services
+from kuitti.logs import log
+from kuitti.models import Partner, WebhookAttempt, WebhookDelivery
+from kuitti.models.outbox import DeliveryStatus
+from kuitti.security import SecretBox
+from kuitti.webhooks.events import WAKE_CHANNEL, subscribe_wakeups
+from kuitti.webhooks.signing import InvalidWebhookKey, webhook_headers
+from kuitti.webhooks.ssrf import TargetGuard, TargetRefused
+
+MAX_IN_FLIGHT = 200
+MAX_IN_FLIGHT_PER_PARTNER = 25
+CLAIM_BATCH = 200
+LEASE_MARGIN_SECONDS = 30.0
+POLL_SECONDS = 0.25
+MAIL_POLL_SECONDS = 1.0
+DB_RETRY_MAX_SECONDS = 5.0
+JITTER_FRACTION = 0.10
+RESPONSE_BODY_LIMIT_BYTES = 64 * 1024
+ERROR_MAX_CHARS = 1000
+
+WallTime = Callable[[], float]
 
 
-async def run_worker(services: Services, stop: asyncio.Event) -> None:
-    """Run until ``stop`` is set (built by the webhooks work)."""
-    await stop.wait()
+@dataclass(frozen=True)
+class Claim:
+    """A leased delivery with everything needed to send it."""
+
+    delivery_id: uuid.UUID
+    partner_id: uuid.UUID
+    notification_type: str
+    url: str | None
+    webhook_key: str | None
+    bare_authorization: bool
+    body: bytes
+    attempt_count: int
+    created_at: datetime
+    lease_token: str
+
+    @property
+    def webhook_id(self) -> str:
+        return str(self.delivery_id)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one attempt."""
+
+    claim: Claim
+    at: datetime
+    finished_at: datetime
+    status_code: int | None
+    latency_ms: int
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def lease_seconds(settings: Settings) -> float:
+    """Long enough for one call (bounded by the timeout) and recording its outcome."""
+    return settings.webhook_timeout_seconds + LEASE_MARGIN_SECONDS
+
+
+def retry_delay_seconds(settings: Settings, attempts_made: int, rng: random.Random) -> float:
+    """The wait after the ``attempts_made``-th failed attempt: the schedule's delay ±10 %."""
+    base = settings.webhook_retry_schedule[attempts_made - 1]
+    return base * (1 + rng.uniform(-JITTER_FRACTION, JITTER_FRACTION))
+
+
+@lru_cache(maxsize=4096)
+def _open_key(server_secret: str, sealed: str) -> str:
+    return SecretBox(server_secret).open(sealed)
+
+
+def _due(now: datetime) -> ColumnElement[bool]:
+    return and_(
+        WebhookDelivery.status == DeliveryStatus.PENDING.value,
+        WebhookDelivery.next_attempt_at <= now,
+        or_(WebhookDelivery.lease_expires_at.is_(None), WebhookDelivery.lease_expires_at <= now),
+    )
+
+
+def claim_due(
+    services: Services,
+    *,
+    limit: int = CLAIM_BATCH,
+    busy: dict[uuid.UUID, int] | None = None,
+    per_partner: int = MAX_IN_FLIGHT_PER_PARTNER,
+) -> list[Claim]:
+    """Lease up to ``limit`` due deliveries, at most ``per_partner`` minus ``busy[partner]`` for
+    each partner. Returns them in due order."""
+    if limit <= 0:
+        return []
+    busy = busy or {}
+    now = services.clock.now()
+    due = _due(now)
+    # A cheap read first: an idle poll never takes the (SQLite: database-wide) write lock.
+    with services.db.session(write=False) as session:
+        candidates = session.execute(
+            select(WebhookDelivery.id, WebhookDelivery.partner_id)
+            .where(due)
+            .order_by(WebhookDelivery.next_attempt_at)
+            .limit(limit * 2)
+        ).all()
+    if not candidates:
+        return []
+    room = Counter({pid: per_partner - n for pid, n in busy.items()})
+    picked: list[uuid.UUID] = []
+    for delivery_id, partner_id in candidates:
+        if partner_id not in room:
+            room[partner_id] = per_partner
+        if room[partner_id] > 0 and len(picked) < limit:
+            room[partner_id] -= 1
+            picked.append(delivery_id)
+    if not picked:
+        return []
+    token = secrets.token_hex(16)
+    lease_until = now + timedelta(seconds=lease_seconds(services.settings))
+    query = (
+        select(
+            WebhookDelivery.id,
+            WebhookDelivery.partner_id,
+            WebhookDelivery.notification_type,
+            WebhookDelivery.payload,
+            WebhookDelivery.bare_authorization,
+            WebhookDelivery.attempt_count,
+            WebhookDelivery.created_at,
+            WebhookDelivery.next_attempt_at,
+            Partner.webhook_url,
+            Partner.webhook_key_sealed,
+        )
+        .join(Partner, Partner.id == WebhookDelivery.partner_id)
+        .where(WebhookDelivery.id.in_(picked), due)
+        .order_by(WebhookDelivery.next_attempt_at)
+    )
+    if services.db.dialect == "postgresql":
+        query = query.with_for_update(skip_locked=True, of=WebhookDelivery)
+    with services.db.session() as session:
+        rows = session.execute(query).all()
+        if not rows:
+            return []
+        session.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.id.in_([row.id for row in rows]))
+            .values(lease_expires_at=lease_until, lease_token=token)
+        )
+    secret = services.settings.resolved_secret_key
+    claims: list[Claim] = []
+    for row in rows:
+        key: str | None = None
+        if row.webhook_key_sealed:
+            with contextlib.suppress(ValueError):
+                key = _open_key(secret, row.webhook_key_sealed)
+        claims.append(
+            Claim(
+                delivery_id=row.id,
+                partner_id=row.partner_id,
+                notification_type=row.notification_type,
+                url=row.webhook_url,
+                webhook_key=key,
+                bare_authorization=row.bare_authorization,
+                body=row.payload.encode(),
+                attempt_count=row.attempt_count,
+                created_at=row.created_at,
+                lease_token=token,
+            )
+        )
+    return claims
+
+
+def make_client(settings: Settings) -> httpx.AsyncClient:
+    """The one pooled HTTP client of a worker. Redirects are never followed (a 3xx is a failed
+    attempt), proxies from the environment are ignored (the SSRF guard checks the real target)."""
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(settings.webhook_timeout_seconds),
+        limits=httpx.Limits(max_connections=MAX_IN_FLIGHT, max_keepalive_connections=MAX_IN_FLIGHT),
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+async def send(
+    services: Services,
+    client: httpx.AsyncClient,
+    claim: Claim,
+    guard: TargetGuard,
+    *,
+    wall_time: WallTime = time.time,
+) -> Outcome:
+    """One attempt. Never raises for anything the partner's side can cause.
+
+    ``webhook-timestamp`` is the sending moment on the real clock (``wall_time``), because
+    partners compare it with their own clocks to reject replays; due times follow
+    ``services.clock``."""
+    timeout = services.settings.webhook_timeout_seconds
+    at = services.clock.now()
+    started = time.perf_counter()
+    status_code: int | None = None
+    error: str | None = None
+    try:
+        if not claim.url or not claim.webhook_key:
+            raise TargetRefused("the partner has no webhook URL or key any more")
+        target = await guard.target(claim.url)
+        headers = webhook_headers(
+            claim.webhook_key,
+            claim.webhook_id,
+            int(wall_time()),
+            claim.body,
+            bare_authorization=claim.bare_authorization,
+        )
+        if target.host_header is not None:
+            headers["Host"] = target.host_header
+        extensions = {"sni_hostname": target.sni_hostname} if target.sni_hostname else None
+        async with asyncio.timeout(timeout):
+            async with client.stream(
+                "POST", target.url, content=claim.body, headers=headers, extensions=extensions
+            ) as response:
+                status_code = response.status_code
+                await _drain(response)
+        if not 200 <= status_code < 300:
+            error = f"HTTP {status_code}"
+            if 300 <= status_code < 400:
+                error += " (redirects are not followed; answer 2xx at the webhook URL itself)"
+    except TargetRefused as exc:
+        error = str(exc)
+    except (TimeoutError, httpx.TimeoutException):
+        error = f"timed out after {timeout:g} s"
+    except httpx.HTTPError as exc:
+        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    except (OSError, InvalidWebhookKey) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    elapsed = time.perf_counter() - started
+    metrics.WEBHOOK_ATTEMPT_LATENCY.observe(elapsed)
+    return Outcome(
+        claim=claim,
+        at=at,
+        finished_at=services.clock.now(),
+        status_code=status_code,
+        latency_ms=round(elapsed * 1000),
+        error=error[:ERROR_MAX_CHARS] if error else None,
+    )
+
+
+async def _drain(response: httpx.Response) -> None:
+    """Read a small answer so the connection can be reused; stop reading a large one."""
+    received = 0
+    async for chunk in response.aiter_raw():
+        received += len(chunk)
+        if received > RESPONSE_BODY_LIMIT_BYTES:
+            break
+
+
+_UPDATE_DELIVERY = (
+    update(WebhookDelivery)
+    .where(
+        WebhookDelivery.id == bindparam("b_id"),
+        WebhookDelivery.lease_token == bindparam("b_token"),
+    )
+    .values(
+        status=bindparam("b_status"),
+        attempt_count=bindparam("b_attempts"),
+        next_attempt_at=bindparam("b_next"),
+        delivered_at=bindparam("b_delivered"),
+        lease_expires_at=None,
+        lease_token=None,
+    )
+)
+
+
+def record_outcomes(
+    services: Services, outcomes: Sequence[Outcome], *, rng: random.Random | None = None
+) -> None:
+    """Log the attempts and move each delivery on, in one transaction."""
+    if not outcomes:
+        return
+    settings = services.settings
+    rng = rng or random.Random()  # jitter, not a secret
+    schedule_length = len(settings.webhook_retry_schedule)
+    updates: list[dict[str, object]] = []
+    attempts: list[dict[str, object]] = []
+    tally: list[tuple[str, Outcome]] = []
+    for outcome in outcomes:
+        claim = outcome.claim
+        made = claim.attempt_count + 1
+        if outcome.ok:
+            status, next_at, delivered = DeliveryStatus.DELIVERED, outcome.finished_at, outcome.at
+        elif made > schedule_length:
+            status, next_at, delivered = DeliveryStatus.FAILED, outcome.finished_at, None
+        else:
+            delay = retry_delay_seconds(settings, made, rng)
+            status = DeliveryStatus.PENDING
+            next_at, delivered = outcome.finished_at + timedelta(seconds=delay), None
+        updates.append(
+            {
+                "b_id": claim.delivery_id,
+                "b_token": claim.lease_token,
+                "b_status": status.value,
+                "b_attempts": made,
+                "b_next": next_at,
+                "b_delivered": outcome.finished_at if delivered else None,
+            }
+        )
+        attempts.append(
+            {
+                "delivery_id": claim.delivery_id,
+                "at": outcome.at,
+                "status_code": outcome.status_code,
+                "latency_ms": outcome.latency_ms,
+                "error": outcome.error,
+            }
+        )
+        tally.append((status.value, outcome))
+    with services.db.session() as session:
+        session.execute(insert(WebhookAttempt), attempts)
+        session.connection().execute(_UPDATE_DELIVERY, updates)
+    for status_value, outcome in tally:
+        kind = outcome.claim.notification_type
+        if status_value == DeliveryStatus.DELIVERED:
+            metrics.WEBHOOKS_SENT.labels(kind).inc()
+            lag = (outcome.finished_at - outcome.claim.created_at).total_seconds()
+            metrics.WEBHOOK_LAG.observe(max(lag, 0.0))
+        elif status_value == DeliveryStatus.FAILED:
+            metrics.WEBHOOKS_FAILED.labels(kind).inc()
+            log.warning(
+                "webhook failed for good",
+                delivery_id=outcome.claim.webhook_id,
+                partner_id=str(outcome.claim.partner_id),
+                error=outcome.error,
+            )
+        else:
+            metrics.WEBHOOKS_RETRIED.labels(kind).inc()
+
+
+async def deliver_due(
+    services: Services,
+    client: httpx.AsyncClient,
+    *,
+    guard: TargetGuard | None = None,
+    wall_time: WallTime = time.time,
+) -> int:
+    """Send everything that is due now, wait for every answer, record the outcomes; repeat until
+    nothing is due. Returns the number of attempts made. (The step that tests drive.)"""
+    guard = guard or TargetGuard(allow_insecure=services.settings.webhook_allow_insecure)
+    made = 0
+    while True:
+        claims = await asyncio.to_thread(claim_due, services)
+        if not claims:
+            return made
+        outcomes = await asyncio.gather(
+            *(send(services, client, c, guard, wall_time=wall_time) for c in claims)
+        )
+        await asyncio.to_thread(record_outcomes, services, outcomes)
+        made += len(outcomes)
+
+
+class Pipeline:
+    """Keeps up to ``MAX_IN_FLIGHT`` sends going, records their outcomes in batches."""
+
+    def __init__(
+        self,
+        services: Services,
+        client: httpx.AsyncClient,
+        *,
+        wall_time: WallTime = time.time,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        per_partner: int = MAX_IN_FLIGHT_PER_PARTNER,
+    ) -> None:
+        self.services = services
+        self.client = client
+        self.wall_time = wall_time
+        self.max_in_flight = max_in_flight
+        self.per_partner = per_partner
+        self.guard = TargetGuard(allow_insecure=services.settings.webhook_allow_insecure)
+        self.busy: dict[uuid.UUID, int] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.outcomes: list[Outcome] = []
+        self.progress = asyncio.Event()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.tasks)
+
+    async def claim(self) -> int:
+        room = self.max_in_flight - self.in_flight
+        if room <= 0:
+            return 0
+        claims = await asyncio.to_thread(
+            claim_due,
+            self.services,
+            limit=min(room, CLAIM_BATCH),
+            busy=dict(self.busy),
+            per_partner=self.per_partner,
+        )
+        for claim in claims:
+            self.busy[claim.partner_id] = self.busy.get(claim.partner_id, 0) + 1
+            task = asyncio.create_task(self._send(claim))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        return len(claims)
+
+    async def _send(self, claim: Claim) -> None:
+        try:
+            outcome = await send(
+                self.services, self.client, claim, self.guard, wall_time=self.wall_time
+            )
+            self.outcomes.append(outcome)
+        finally:
+            left = self.busy.get(claim.partner_id, 1) - 1
+            if left > 0:
+                self.busy[claim.partner_id] = left
+            else:
+                self.busy.pop(claim.partner_id, None)
+            self.progress.set()
+
+    async def flush(self) -> int:
+        """Record finished outcomes; on a database error keep them for the next try."""
+        batch, self.outcomes = self.outcomes, []
+        if not batch:
+            return 0
+        try:
+            await asyncio.to_thread(record_outcomes, self.services, batch)
+        except BaseException:
+            self.outcomes[:0] = batch
+            raise
+        return len(batch)
+
+    async def drain(self, timeout_seconds: float) -> None:
+        """On shutdown: let calls under way finish (bounded), then record what finished."""
+        if self.tasks:
+            _done, pending = await asyncio.wait(self.tasks, timeout=timeout_seconds)
+            for task in pending:
+                task.cancel()
+        with contextlib.suppress(Exception):
+            await self.flush()
+
+
+async def _wait_any(events: Iterable[asyncio.Event], timeout_seconds: float) -> None:
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout_seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+async def _webhook_loop(
+    services: Services, stop: asyncio.Event, wake: asyncio.Event, wall_time: WallTime
+) -> None:
+    backoff = 0.0
+    async with make_client(services.settings) as client:
+        pipeline = Pipeline(services, client, wall_time=wall_time)
+        try:
+            while not stop.is_set():
+                wake.clear()
+                pipeline.progress.clear()
+                try:
+                    await pipeline.flush()
+                    claimed = await pipeline.claim()
+                except Exception as exc:  # the database is away: keep running, try again
+                    backoff = min(max(backoff * 2, 0.1), DB_RETRY_MAX_SECONDS)
+                    log.warning(
+                        "webhook worker cannot reach the database",
+                        error=f"{type(exc).__name__}: {exc}"[:300],
+                        retry_in_seconds=backoff,
+                    )
+                    await _wait_any([stop], backoff)
+                    continue
+                backoff = 0.0
+                if claimed and pipeline.in_flight < pipeline.max_in_flight:
+                    continue  # there may be more due right now
+                await _wait_any([stop, wake, pipeline.progress], POLL_SECONDS)
+        finally:
+            await pipeline.drain(services.settings.webhook_timeout_seconds)
+
+
+async def _mail_loop(services: Services, stop: asyncio.Event) -> None:
+    from kuitti.delivery.mail import send_due_mail
+
+    while not stop.is_set():
+        try:
+            await asyncio.to_thread(send_due_mail, services)
+        except Exception as exc:  # SMTP or database trouble: the next round retries
+            log.warning("mail worker round failed", error=f"{type(exc).__name__}: {exc}"[:300])
+        await _wait_any([stop], MAIL_POLL_SECONDS)
+
+
+async def _listen_postgres(services: Services, wake: asyncio.Event) -> None:
+    """Wake on ``NOTIFY kuitti_webhooks`` from any process; reconnect when the database
+    returns. Polling still covers the gaps."""
+    import psycopg
+
+    url = make_url(services.db.url).set(drivername="postgresql")
+    dsn = url.render_as_string(hide_password=False)
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                await conn.execute(f"LISTEN {WAKE_CHANNEL}")
+                wake.set()  # catch up with anything queued while we were not listening
+                async for _ in conn.notifies():
+                    wake.set()
+        except (psycopg.Error, OSError) as exc:
+            log.info("webhook LISTEN connection lost", error=str(exc)[:200])
+            await asyncio.sleep(1.0)
+
+
+async def run_worker(
+    services: Services,
+    stop: asyncio.Event,
+    *,
+    mail: bool = True,
+    wall_time: WallTime = time.time,
+) -> None:
+    """Run until ``stop`` is set: webhooks, and e-mail (``send_due_mail`` in a thread)."""
+    loop = asyncio.get_running_loop()
+    wake = asyncio.Event()
+
+    def wake_from_any_thread() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed
+            loop.call_soon_threadsafe(wake.set)
+
+    unsubscribe = subscribe_wakeups(wake_from_any_thread)
+    helpers: list[asyncio.Task[None]] = []
+    if services.db.dialect == "postgresql":
+        helpers.append(asyncio.create_task(_listen_postgres(services, wake)))
+    if mail:
+        helpers.append(asyncio.create_task(_mail_loop(services, stop)))
+    try:
+        await _webhook_loop(services, stop, wake, wall_time)
+    finally:
+        unsubscribe()
+        for task in helpers:
+            task.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
