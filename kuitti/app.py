@@ -25,13 +25,15 @@ from kuitti.deps import Services
 from kuitti.errors import ErrorDetail, KuittiError
 from kuitti.logs import configure_logging, log
 from kuitti.middleware import RequestContextMiddleware
+from kuitti.oauth.routes import router as oauth_router
 from kuitti.receipts.routes import router as receipts_router
 from kuitti.receipts.schema import Receipt, TokenReceiptRequest
 from kuitti.responses import ORJSONResponse
+from kuitti.users.routes import router as users_router
 from kuitti.web import STATIC_DIR
 from kuitti.webhooks.worker import run_worker
 
-ROUTERS = (receipts_router,)
+ROUTERS = (receipts_router, oauth_router, users_router)
 
 
 def create_app(

@@ -1,0 +1,280 @@
+"""Login sessions of service users, and the login, sign-up and logout pages.
+
+The session cookie (``kuitti_session``) carries a random token; the database keeps its digest
+(``UserSession``), so logout and password reset end sessions at once on every instance. Cookies
+are ``HttpOnly``, ``SameSite=Lax`` and ``Secure`` when the pages are served over https.
+
+Login and sign-up share one form (``email``, ``password``) told apart by the submit button
+(``action=login`` / ``action=signup``). Each page honours ``next``, which must be a path on this
+site (never another host).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote, urlsplit
+
+from fastapi import APIRouter, Depends, Form, Request
+from fastapi.responses import RedirectResponse
+from starlette.responses import Response
+
+from kuitti.deps import ServicesDep, WriteSession
+from kuitti.errors import KuittiError
+from kuitti.models import User
+from kuitti.users import service as users
+from kuitti.web import check_csrf, render, set_page_headers
+
+SESSION_COOKIE = "kuitti_session"
+DEFAULT_NEXT = "/account"
+MAX_NEXT_CHARS = 4000
+
+router = APIRouter(include_in_schema=False)
+
+
+def safe_next(value: str | None, default: str = DEFAULT_NEXT) -> str:
+    """``value`` when it is a path on this site, else ``default`` (no open redirect: no scheme,
+    no host, no ``//`` or backslash tricks, no control characters)."""
+    if not value or len(value) > MAX_NEXT_CHARS:
+        return default
+    if not value.startswith("/") or value.startswith(("//", "/\\")):
+        return default
+    if "\\" in value or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        return default
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc:
+        return default
+    return value
+
+
+def login_url(next_path: str) -> str:
+    return "/login?next=" + quote(next_path, safe="")
+
+
+def request_path(request: Request) -> str:
+    query = request.url.query
+    return request.url.path + (f"?{query}" if query else "")
+
+
+class LoginRequired(KuittiError):
+    """Sends the browser to the login page, coming back to ``next`` afterwards."""
+
+    status_code = 303
+    code = "login_required"
+
+    def __init__(self, next_path: str) -> None:
+        super().__init__("Log in to continue.")
+        self.next_path = next_path
+
+    def headers(self) -> dict[str, str]:
+        return {"Location": login_url(self.next_path), "Cache-Control": "no-store"}
+
+
+def _current_user(request: Request, services: ServicesDep) -> User | None:
+    token = request.cookies.get(SESSION_COOKIE)
+    if not token:
+        return None
+    with services.db.session(write=False) as session:
+        return users.user_for_session(session, token, now=services.clock.now())
+
+
+CurrentUser = Annotated[User | None, Depends(_current_user)]
+
+
+def _require_user(request: Request, user: CurrentUser) -> User:
+    if user is None:
+        path = request_path(request) if request.method == "GET" else request.url.path
+        raise LoginRequired(safe_next(path))
+    return user
+
+
+RequireUser = Annotated[User, Depends(_require_user)]
+
+
+def set_session_cookie(request: Request, response: Response, token: str) -> None:
+    from kuitti.web import secure_cookies
+
+    response.set_cookie(
+        SESSION_COOKIE,
+        token,
+        max_age=users.SESSION_TTL_SECONDS,
+        httponly=True,
+        samesite="lax",
+        secure=secure_cookies(request),
+        path="/",
+    )
+
+
+def redirect(request: Request, location: str) -> Response:
+    return set_page_headers(request, RedirectResponse(location, status_code=303))
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def account_form(
+    request: Request,
+    *,
+    mode: str,
+    next_path: str,
+    error: str | None = None,
+    email: str = "",
+    status_code: int = 200,
+    heading: str | None = None,
+    intro: str | None = None,
+) -> Response:
+    return render(
+        request,
+        "users/login.html",
+        {
+            "mode": mode,
+            "next": next_path,
+            "error": error,
+            "email": email,
+            "heading": heading,
+            "intro": intro,
+        },
+        status_code=status_code,
+    )
+
+
+@router.get("/login")
+def login_page(request: Request, user: CurrentUser, next: str | None = None) -> Response:
+    target = safe_next(next)
+    if user is not None:
+        return redirect(request, target)
+    return account_form(request, mode="login", next_path=target)
+
+
+@router.get("/signup")
+def signup_page(request: Request, user: CurrentUser, next: str | None = None) -> Response:
+    target = safe_next(next)
+    if user is not None:
+        return redirect(request, target)
+    return account_form(request, mode="signup", next_path=target)
+
+
+def _submit(
+    request: Request,
+    services: ServicesDep,
+    session: WriteSession,
+    *,
+    action: str,
+    email: str,
+    password: str,
+    next_path: str,
+    csrf_token: str | None,
+) -> Response:
+    check_csrf(request, csrf_token)
+    now = services.clock.now()
+    target = safe_next(next_path)
+    if action == "signup":
+        try:
+            user = users.create_user(session, email, password, now=now, verified=False)
+        except users.UserInputError as exc:
+            return account_form(
+                request,
+                mode="signup",
+                next_path=target,
+                error=f"The account was not created: {exc}.",
+                email=email,
+                status_code=400,
+            )
+        users.send_verification_mail(session, services.settings, user, now=now)
+    elif action == "login":
+        try:
+            found = users.authenticate(
+                session, email, password, client=client_address(request), now=now
+            )
+        except users.LoginThrottled as exc:
+            return account_form(
+                request,
+                mode="login",
+                next_path=target,
+                error=str(exc),
+                email=email,
+                status_code=429,
+            )
+        if found is None:
+            return account_form(
+                request,
+                mode="login",
+                next_path=target,
+                error="The e-mail address or the password is wrong.",
+                email=email,
+                status_code=400,
+            )
+        user = found
+    else:
+        return account_form(
+            request,
+            mode="login",
+            next_path=target,
+            error="Choose log in or sign up.",
+            status_code=400,
+        )
+    users.end_session(session, request.cookies.get(SESSION_COOKIE))
+    token = users.start_session(session, user, now=now)
+    response = redirect(request, target)
+    set_session_cookie(request, response, token)
+    return response
+
+
+@router.post("/login")
+def login_submit(
+    request: Request,
+    services: ServicesDep,
+    session: WriteSession,
+    email: Annotated[str, Form(max_length=320)] = "",
+    password: Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)] = "",
+    action: Annotated[str, Form()] = "login",
+    next: Annotated[str, Form()] = DEFAULT_NEXT,
+    csrf_token: Annotated[str | None, Form()] = None,
+) -> Response:
+    return _submit(
+        request,
+        services,
+        session,
+        action=action,
+        email=email,
+        password=password,
+        next_path=next,
+        csrf_token=csrf_token,
+    )
+
+
+@router.post("/signup")
+def signup_submit(
+    request: Request,
+    services: ServicesDep,
+    session: WriteSession,
+    email: Annotated[str, Form(max_length=320)] = "",
+    password: Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)] = "",
+    action: Annotated[str, Form()] = "signup",
+    next: Annotated[str, Form()] = DEFAULT_NEXT,
+    csrf_token: Annotated[str | None, Form()] = None,
+) -> Response:
+    return _submit(
+        request,
+        services,
+        session,
+        action=action,
+        email=email,
+        password=password,
+        next_path=next,
+        csrf_token=csrf_token,
+    )
+
+
+@router.post("/logout")
+def logout(
+    request: Request,
+    session: WriteSession,
+    next: Annotated[str, Form()] = "/login",
+    csrf_token: Annotated[str | None, Form()] = None,
+) -> Response:
+    check_csrf(request, csrf_token)
+    users.end_session(session, request.cookies.get(SESSION_COOKIE))
+    response = redirect(request, safe_next(next, "/login"))
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="lax")
+    return response
