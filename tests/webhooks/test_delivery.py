@@ -12,10 +12,12 @@ import pytest
 from sqlalchemy import func, select
 from standardwebhooks import Webhook
 
+from kuitti.clock import FrozenClock
 from kuitti.delivery.service import deliver_to_user
 from kuitti.deps import Services
 from kuitti.models import PartnerRole, Receipt, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
+from kuitti.partners.service import NewPartner
 from kuitti.webhooks.events import NotificationType, enqueue
 from tests.factories import auth, make_partner, make_user, receipt_doc
 from tests.webhooks.receivers import Behaviour, Received, Receiver
@@ -231,9 +233,8 @@ class TestOutbox:
         class Boom(Exception):
             pass
 
-        with Receiver() as endpoint:
-            partner = webhook_partner(services, endpoint.url)
-            with pytest.raises(Boom), services.db.session() as session:
+        def change_that_fails(partner: NewPartner) -> None:
+            with services.db.session() as session:
                 enqueue(
                     session,
                     partner.partner,
@@ -243,23 +244,30 @@ class TestOutbox:
                 )
                 session.flush()
                 raise Boom
+
+        with Receiver() as endpoint:
+            partner = webhook_partner(services, endpoint.url)
+            with pytest.raises(Boom):
+                change_that_fails(partner)
             assert deliver(services) == 0
         assert endpoint.received == []
 
     def test_committed_event_survives_a_worker_that_was_not_running(
-        self, services: Services
+        self, services: Services, clock: FrozenClock
     ) -> None:
         """The row is the event: queued while no worker runs, sent when one starts."""
         with Receiver() as endpoint:
             partner = webhook_partner(services, endpoint.url)
             ids = {str(queue(services, partner)) for _ in range(3)}
-            services.clock.advance(3600)
+            clock.advance(3600)
             assert deliver(services) == 3
             assert {c.webhook_id for c in endpoint.wait_for(3)} == ids
 
 
 class TestFaults:
-    def test_500_is_retried_with_the_same_webhook_id(self, services: Services) -> None:
+    def test_500_is_retried_with_the_same_webhook_id(
+        self, services: Services, clock: FrozenClock
+    ) -> None:
         with Receiver(Behaviour(status=500)) as endpoint:
             partner = webhook_partner(services, endpoint.url)
             delivery_id = queue(services, partner)
@@ -268,7 +276,7 @@ class TestFaults:
             assert row.status == DeliveryStatus.PENDING
             assert [(a.status_code, a.error) for a in row.attempts] == [(500, "HTTP 500")]
             assert deliver(services) == 0  # not due yet
-            services.clock.set(row.next_attempt_at)
+            clock.set(row.next_attempt_at)
             assert deliver(services) == 1
             first, second = endpoint.wait_for(2)
         assert first.webhook_id == second.webhook_id == str(delivery_id)
@@ -305,7 +313,7 @@ class TestFaults:
         assert 250 <= attempt.latency_ms < 3000
         assert row.status == DeliveryStatus.PENDING
 
-    def test_connection_closed_without_answer(self, services: Services) -> None:
+    def test_connection_closed_without_answer(self, services: Services, clock: FrozenClock) -> None:
         with Receiver(Behaviour(close=True)) as endpoint:
             partner = webhook_partner(services, endpoint.url)
             delivery_id = queue(services, partner)
@@ -317,7 +325,7 @@ class TestFaults:
             assert attempt.error is not None
             assert "RemoteProtocolError" in attempt.error
             # …and the next attempt, on a new connection, gets through.
-            services.clock.set(row.next_attempt_at)
+            clock.set(row.next_attempt_at)
             assert deliver(services) == 1
         assert delivery(services, delivery_id).status == DeliveryStatus.DELIVERED
 
@@ -342,7 +350,7 @@ class TestFaults:
 
 
 class TestRetrySchedule:
-    def test_backoff_with_jitter_then_failed(self, services: Services) -> None:
+    def test_backoff_with_jitter_then_failed(self, services: Services, clock: FrozenClock) -> None:
         schedule = (5, 30, 120, 600)
         quick = with_settings(services, webhook_retry_schedule=schedule)
         with Receiver(default=Behaviour(status=503)) as endpoint:
@@ -354,13 +362,13 @@ class TestRetrySchedule:
                 assert row.status == DeliveryStatus.PENDING
                 wait = (row.next_attempt_at - services.clock.now()).total_seconds()
                 assert delay * 0.9 <= wait <= delay * 1.1
-                services.clock.advance(wait - 0.001)
+                clock.advance(wait - 0.001)
                 assert deliver(quick) == 0  # a moment early: nothing
-                services.clock.advance(0.001)
+                clock.advance(0.001)
             assert deliver(quick) == 1
             endpoint.wait_for(len(schedule) + 1)
             assert deliver(quick) == 0
-            services.clock.advance(10 * 86400)
+            clock.advance(10 * 86400)
             assert deliver(quick) == 0  # failed for good: never again
         row = delivery(services, delivery_id)
         assert row.status == DeliveryStatus.FAILED
