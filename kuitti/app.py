@@ -21,6 +21,7 @@ from kuitti.clock import Clock, SystemClock
 from kuitti.config import Settings, load_settings
 from kuitti.db import Database
 from kuitti.dbmigrate import schema_is_current
+from kuitti.delivery.routes import router as delivery_router
 from kuitti.deps import Services
 from kuitti.errors import ErrorDetail, KuittiError
 from kuitti.logs import configure_logging, log
@@ -33,7 +34,7 @@ from kuitti.users.routes import router as users_router
 from kuitti.web import STATIC_DIR
 from kuitti.webhooks.worker import run_worker
 
-ROUTERS = (receipts_router, oauth_router, users_router)
+ROUTERS = (receipts_router, delivery_router, oauth_router, users_router)
 
 
 def create_app(

@@ -10,7 +10,10 @@ import hmac
 import uuid
 from urllib.parse import quote
 
+from sqlalchemy.orm import Session
+
 from kuitti.config import Settings
+from kuitti.models import Receipt, ReceiptLink
 from kuitti.security import sign
 
 _PURPOSE = "receipt-link"
@@ -41,3 +44,17 @@ def receipt_id_from_private_token(settings: Settings, token: str) -> uuid.UUID |
     receipt_id = uuid.UUID(bytes=raw[:16])
     expected = sign(settings.resolved_secret_key, _PURPOSE, receipt_id.bytes)[:_MAC_BYTES]
     return receipt_id if hmac.compare_digest(raw[16:], expected) else None
+
+
+def receipt_for_namespace_link(session: Session, namespace: str, identifier: str) -> Receipt | None:
+    """The receipt at ``/ns/<namespace>/r/<identifier>``. One lookup by the pair: an identifier
+    of another namespace is simply not found (nothing to enumerate across namespaces)."""
+    if len(namespace) > 64 or len(identifier) > 200:
+        return None
+    link = session.get(ReceiptLink, (namespace, identifier))
+    return session.get(Receipt, link.receipt_id) if link is not None else None
+
+
+def receipt_for_private_token(session: Session, settings: Settings, token: str) -> Receipt | None:
+    receipt_id = receipt_id_from_private_token(settings, token)
+    return session.get(Receipt, receipt_id) if receipt_id is not None else None

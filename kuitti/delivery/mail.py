@@ -137,16 +137,21 @@ def _send_one(services: Services, message_id: uuid.UUID, attempts: int) -> int:
     from kuitti.delivery.attachments import attachments_for
 
     settings = services.settings
+    error: str | None = None
     with services.db.session(write=False) as session:
         row = session.get(MailMessage, message_id)
         assert row is not None
         session.expunge(row)
-        files = attachments_for(services, session, row)
-    error: str | None = None
-    try:
-        transmit(settings, build_message(settings, row, files), row.id)
-    except (OSError, smtplib.SMTPException) as exc:
-        error = f"{type(exc).__name__}: {exc}"[:1000]
+        try:
+            files = attachments_for(services, session, row)
+        except Exception as exc:  # a rendering bug must not stop the worker; retried later
+            log.exception("mail attachment failed", message_id=str(message_id))
+            files, error = [], f"attachment: {type(exc).__name__}: {exc}"[:1000]
+    if error is None:
+        try:
+            transmit(settings, build_message(settings, row, files), row.id)
+        except (OSError, smtplib.SMTPException) as exc:
+            error = f"{type(exc).__name__}: {exc}"[:1000]
     now = services.clock.now()
     with services.db.session() as session:
         row = session.get(MailMessage, message_id)

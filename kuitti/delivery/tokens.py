@@ -1,30 +1,60 @@
 """What each token of a create-receipt request delivers, and the status reported for it.
 
-Statuses (SPEC §4): ``delivered`` (it reached a service user), ``link_created`` (a RECEIPT_ID
-link), ``email_queued`` (an e-mail went out to an address with no verified user), ``unmatched``
-(the token resolves to nobody; never an error).
+Statuses (SPEC §4, §8, §11):
+
+- ``link_created``: a RECEIPT_ID token; the namespace link now shows the receipt.
+- ``delivered``: the token reached a service user (DYNAMIC_QR_CODE, CARD, USER, or EMAIL to an
+  address a verified user has); the receipt is theirs.
+- ``email_queued``: an EMAIL token whose address belongs to no verified user; the e-mail still goes.
+- ``unmatched``: the token resolves to nobody (unknown or expired QR value, unknown card or a card
+  with no user, a revoked or foreign user token). Never an error: malformed tokens were refused
+  by validation with ``invalid_token`` before we get here.
+
+Everything runs in ingest's transaction: the deliveries, their webhooks and the e-mail rows commit
+with the receipt or not at all. One user reached by several tokens gets the receipt once (and
+every token that reached them still reports ``delivered``); one address named twice gets one
+e-mail.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from enum import StrEnum
+from typing import assert_never
 
 from sqlalchemy.orm import Session
 
 from kuitti.config import Settings
+from kuitti.delivery import links, qr
+from kuitti.delivery.emails import enqueue_receipt_email
+from kuitti.delivery.service import deliver_to_user, grant
 from kuitti.models import Partner, Receipt
 from kuitti.receipts.schema import Receipt as ReceiptDocument
 from kuitti.receipts.validation import Token, TokenType
+from kuitti.users.service import user_by_email
 
-Status = Literal["delivered", "link_created", "email_queued", "unmatched"]
+
+class Status(StrEnum):
+    DELIVERED = "delivered"
+    LINK_CREATED = "link_created"
+    EMAIL_QUEUED = "email_queued"
+    UNMATCHED = "unmatched"
 
 
 @dataclass(frozen=True)
 class TokenStatus:
     type: TokenType
     status: Status
+
+
+def receipt_link(settings: Settings, receipt_id: uuid.UUID, tokens: list[Token]) -> str:
+    """The link we give people: the first RECEIPT_ID link, else the private link."""
+    for token in tokens:
+        if token.type is TokenType.RECEIPT_ID and token.namespace is not None:
+            return links.namespace_link(settings, token.namespace, token.value)
+    return links.private_link(settings, receipt_id)
 
 
 def deliver_tokens(
@@ -38,11 +68,89 @@ def deliver_tokens(
     now: datetime,
 ) -> list[TokenStatus]:
     """Deliver the receipt through each token, in order; report one status per token."""
-    statuses: list[TokenStatus] = []
-    for token in tokens:
-        if token.type is TokenType.RECEIPT_ID:
-            statuses.append(TokenStatus(token.type, "link_created"))
-        else:
-            # DYNAMIC_QR_CODE, CARD, EMAIL and USER are delivered by the token-delivery work.
-            statuses.append(TokenStatus(token.type, "unmatched"))
-    return statuses
+    delivery = _Delivery(session, settings, receipt, document, tokens, now)
+    return [TokenStatus(token.type, delivery.deliver(token)) for token in tokens]
+
+
+class _Delivery:
+    """One request's tokens; remembers whom it reached so nobody is reached twice."""
+
+    def __init__(
+        self,
+        session: Session,
+        settings: Settings,
+        receipt: Receipt,
+        document: ReceiptDocument,
+        tokens: list[Token],
+        now: datetime,
+    ) -> None:
+        self.session = session
+        self.settings = settings
+        self.receipt = receipt
+        self.document = document
+        self.tokens = tokens
+        self.now = now
+        self.mailed: set[str] = set()
+
+    def deliver(self, token: Token) -> Status:
+        match token.type:
+            case TokenType.RECEIPT_ID:
+                # Ingest has checked the namespace and stored the link already.
+                return Status.LINK_CREATED
+            case TokenType.DYNAMIC_QR_CODE:
+                assert token.namespace is not None
+                connection = qr.connection_for_qr_value(
+                    self.session, token.value, token.namespace, now=self.now
+                )
+                return self._to_user(connection.user_id if connection else None, "qr_code")
+            case TokenType.CARD:
+                return self._card(token)
+            case TokenType.EMAIL:
+                return self._email(token.value)
+            case TokenType.USER:
+                return self._user_token(token.value)
+            case _:
+                assert_never(token.type)
+
+    def _to_user(self, user_id: uuid.UUID | None, via: str) -> Status:
+        if user_id is None:
+            return Status.UNMATCHED
+        # False means the user already has it (another token reached them): still delivered.
+        deliver_to_user(self.session, self.receipt, user_id, via=via, now=self.now)
+        return Status.DELIVERED
+
+    def _card(self, token: Token) -> Status:
+        from kuitti.cards.service import card_for_token
+
+        assert token.id is not None
+        card = card_for_token(self.session, token.id, token.value, token.namespace)
+        if card is None:
+            return Status.UNMATCHED
+        # The issuer may read receipts that reached its cards (SPEC §5).
+        grant(self.session, self.receipt, card.partner_id, "card")
+        return self._to_user(card.user_id, "card_token")
+
+    def _user_token(self, jwt: str) -> Status:
+        from kuitti.oauth.bearer import connection_for_user_token
+
+        connection = connection_for_user_token(self.session, self.settings, jwt)
+        return self._to_user(connection.user_id if connection else None, "user_token")
+
+    def _email(self, address: str) -> Status:
+        user = user_by_email(self.session, address)
+        verified = user is not None and user.email_verified_at is not None
+        key = address.lower()
+        if key not in self.mailed:
+            self.mailed.add(key)
+            enqueue_receipt_email(
+                self.session,
+                self.settings,
+                self.receipt,
+                self.document,
+                to=address,
+                link=receipt_link(self.settings, self.receipt.id, self.tokens),
+                now=self.now,
+            )
+        if user is not None and verified:
+            return self._to_user(user.id, "email")
+        return Status.EMAIL_QUEUED

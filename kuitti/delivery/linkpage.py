@@ -1,0 +1,99 @@
+"""What the receipt link page shows: the receipt's view model (the same one the PDF is drawn
+from, so page and PDF agree) plus the page's own parts (language switch, actions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from fastapi import Request
+from sqlalchemy.orm import Session
+
+from kuitti.delivery.texts import page_text
+from kuitti.i18n import LANGUAGE_NAMES, LANGUAGES, Language, negotiate_locale
+from kuitti.models import Receipt, ReceiptDelivery, User
+from kuitti.receipts.formats.codes import svg
+from kuitti.receipts.view import build_view
+
+# Past this many rows the rest sit behind a "show all rows" disclosure.
+LONG_LIST_ROWS = 60
+
+
+@dataclass(frozen=True)
+class LinkPage:
+    """A link page address: ``/ns/<namespace>/r/<key>`` or, without a namespace, ``/r/<key>``
+    (``key`` is then the private-link token)."""
+
+    namespace: str | None
+    key: str
+    pdf: bool = False
+
+    @property
+    def path(self) -> str:
+        if self.namespace is None:
+            return f"/r/{quote(self.key, safe='')}"
+        return f"/ns/{quote(self.namespace, safe='')}/r/{quote(self.key, safe='')}"
+
+    def page_path(self, lang: str | None = None, *, imported: bool = False) -> str:
+        query: dict[str, str] = {}
+        if lang in {language.value for language in LANGUAGES}:
+            query["lang"] = str(lang)
+        if imported:
+            query["imported"] = "1"
+        return self.path + (f"?{urlencode(query)}" if query else "")
+
+    def pdf_path(self, lang: str | None = None) -> str:
+        return f"{self.path}/pdf" + (f"?lang={lang}" if lang else "")
+
+
+def page_language(request: Request, lang: str | None) -> Language:
+    """``?lang=`` when it names one of ours, else the browser's ``Accept-Language``."""
+    if lang:
+        for language in LANGUAGES:
+            if lang.strip().lower() == language.value:
+                return language
+    return negotiate_locale(request.headers.get("accept-language"))
+
+
+def page_context(
+    request: Request,
+    session: Session,
+    receipt: Receipt,
+    target: LinkPage,
+    lang: str | None,
+    *,
+    user: User | None,
+    imported: bool,
+) -> dict[str, Any]:
+    language = page_language(request, lang)
+    chosen = language.value if lang else None
+    owned = user is not None and session.get(ReceiptDelivery, (user.id, receipt.id)) is not None
+    view = build_view(receipt.document, locale=language.value)
+    codes = [svg(a.symbology, a.data, scale=4, title=a.title) for a in view.attachments]
+
+    def t(key: str, **values: str) -> str:
+        return page_text(key, language.value, **values)
+
+    return {
+        "lang": language.value,
+        "t": t,
+        "view": view,
+        "codes": codes,
+        "long_list": len(view.rows) > LONG_LIST_ROWS,
+        "first_rows": LONG_LIST_ROWS,
+        "languages": [
+            {
+                "code": other.value,
+                "name": LANGUAGE_NAMES[other],
+                "href": target.page_path(other.value),
+                "current": other is language,
+            }
+            for other in LANGUAGES
+        ],
+        "page_path": target.page_path(chosen),
+        "pdf_path": target.pdf_path(chosen),
+        "user_email": user.email if user else None,
+        "owned": owned,
+        "imported": imported and owned,
+    }

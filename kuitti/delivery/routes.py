@@ -1,0 +1,258 @@
+"""The receipt link pages (Endpoint 8, SPEC §8, §11) and the dynamic QR code endpoint.
+
+Link pages need no login: ``/ns/<namespace>/r/<receipt_id>`` (a RECEIPT_ID token) and
+``/r/<token>`` (every receipt's private link), each with ``/pdf`` for the PDF and a ``POST`` whose
+``action=import`` puts the receipt into the logged-in user's account. Anything unknown is the
+same friendly 404 page. Every answer carries ``X-Robots-Tag: noindex`` and
+``Referrer-Policy: no-referrer`` and counts against the per-client rate limit.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import unquote
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from starlette.responses import Response
+
+from kuitti.delivery import links, qr
+from kuitti.delivery.attachments import receipt_pdf_filename
+from kuitti.delivery.linkpage import LinkPage, page_context, page_language
+from kuitti.delivery.ratelimit import RateLimiter
+from kuitti.delivery.service import deliver_to_user
+from kuitti.delivery.texts import page_text
+from kuitti.deps import Now, ServicesDep, get_services
+from kuitti.models import Connection, Partner, Receipt, User
+from kuitti.oauth.bearer import AppConnection
+from kuitti.receipts.formats import DataFormat, render
+from kuitti.users.sessions import CurrentUser, login_url
+from kuitti.web import check_csrf
+from kuitti.web import render as render_page
+
+router = APIRouter(tags=["receipt links"])
+
+LINK_HEADERS = {"X-Robots-Tag": "noindex, nofollow", "Referrer-Policy": "no-referrer"}
+LangQuery = Annotated[
+    str | None, Query(max_length=8, description="fi, sv or en; else Accept-Language decides.")
+]
+
+
+# -- dynamic QR codes -------------------------------------------------------------------------
+
+
+@router.post(
+    "/api/v1/qr-codes/",
+    summary="Get a short-lived DYNAMIC_QR_CODE value for the user of this connection",
+    responses={
+        200: {"description": '{"value", "namespace", "expires_at"}'},
+        401: {"description": "Missing or invalid SERVICE_APIKEY or Bearer token."},
+        403: {"description": "The application has no namespace."},
+    },
+)
+def create_qr_code(connection: AppConnection, services: ServicesDep, now: Now) -> dict[str, str]:
+    with services.db.session() as session:
+        current = session.get(Connection, connection.id)
+        assert current is not None
+        issued = qr.issue_qr_code(
+            session, current, ttl_seconds=services.settings.qr_code_ttl_seconds, now=now
+        )
+    return issued.as_json()
+
+
+# -- link pages -------------------------------------------------------------------------------
+
+
+def _limited(request: Request) -> Response | None:
+    """The 429 page when this client is over the link-page limit."""
+    services = get_services(request)
+    limiter: RateLimiter | None = getattr(request.app.state, "link_rate_limiter", None)
+    if limiter is None:
+        limiter = RateLimiter(services.settings.link_rate_limit_per_minute)
+        request.app.state.link_rate_limiter = limiter
+    client = request.client.host if request.client else "unknown"
+    retry_after = limiter.hit(client, services.clock.now().timestamp())
+    if retry_after is None:
+        return None
+    lang = page_language(request, None)
+    return render_page(
+        request,
+        "receipts/message.html",
+        {
+            "lang": lang,
+            "title": page_text("rate_limited.title", lang),
+            "body": page_text("rate_limited.body", lang),
+        },
+        status_code=429,
+        headers={**LINK_HEADERS, "Retry-After": str(retry_after)},
+    )
+
+
+def _not_found(request: Request, lang: str | None) -> Response:
+    language = page_language(request, lang)
+    return render_page(
+        request,
+        "receipts/message.html",
+        {
+            "lang": language,
+            "title": page_text("not_found.title", language),
+            "body": page_text("not_found.body", language),
+        },
+        status_code=404,
+        headers=LINK_HEADERS,
+    )
+
+
+def _namespace_link_parts(request: Request) -> tuple[str, str, bool] | None:
+    """(namespace, identifier, is_pdf) from the raw path, so an identifier may hold an encoded
+    ``/`` (``%2F``) without being split."""
+    raw: bytes = request.scope.get("raw_path") or request.url.path.encode()
+    segments = raw.decode("latin-1").split("/")
+    # ['', 'ns', <namespace>, 'r', <identifier>] (+ ['pdf'])
+    if len(segments) not in (5, 6) or segments[1] != "ns" or segments[3] != "r":
+        return None
+    is_pdf = len(segments) == 6
+    if is_pdf and segments[5] != "pdf":
+        return None
+    namespace, identifier = unquote(segments[2]), unquote(segments[4])
+    if not namespace or not identifier:
+        return None
+    return namespace, identifier, is_pdf
+
+
+def _find(request: Request, target: LinkPage) -> Receipt | None:
+    services = get_services(request)
+    with services.db.session(write=False) as session:
+        if target.namespace is not None:
+            return links.receipt_for_namespace_link(session, target.namespace, target.key)
+        return links.receipt_for_private_token(session, services.settings, target.key)
+
+
+def _show(
+    request: Request, target: LinkPage, lang: str | None, user: User | None = None
+) -> Response:
+    if (limited := _limited(request)) is not None:
+        return limited
+    receipt = _find(request, target)
+    if receipt is None:
+        return _not_found(request, lang)
+    if target.pdf:
+        return _pdf(request, receipt)
+    services = get_services(request)
+    with services.db.session(write=False) as session:
+        context = page_context(
+            request,
+            session,
+            receipt,
+            target,
+            lang,
+            user=user,
+            imported=request.query_params.get("imported") == "1",
+        )
+    return render_page(request, "receipts/link.html", context, headers=LINK_HEADERS)
+
+
+def _pdf(request: Request, receipt: Receipt) -> Response:
+    services = get_services(request)
+    with services.db.session(write=False) as session:
+        poster = session.get(Partner, receipt.partner_id)
+        assert poster is not None
+        rendered = render(receipt, poster, DataFormat.SERVICE_PDF)
+    return Response(
+        rendered.content,
+        media_type=rendered.media_type,
+        headers={
+            **LINK_HEADERS,
+            "Content-Disposition": f'attachment; filename="{receipt_pdf_filename(receipt)}"',
+            "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+def _import(
+    request: Request, target: LinkPage, user: User | None, action: str, csrf: str | None
+) -> Response:
+    if (limited := _limited(request)) is not None:
+        return limited
+    check_csrf(request, csrf)
+    receipt = _find(request, target)
+    if receipt is None or action != "import":
+        return _not_found(request, request.query_params.get("lang"))
+    lang = request.query_params.get("lang")
+    services = get_services(request)
+    if user is None:
+        # Log in or sign up, then back to this page, whose form posts the import again.
+        return RedirectResponse(
+            login_url(target.page_path(lang)), status_code=303, headers=LINK_HEADERS
+        )
+    with services.db.session() as session:
+        current = session.get(Receipt, receipt.id)
+        assert current is not None
+        deliver_to_user(session, current, user.id, via="import", now=services.clock.now())
+    back = target.page_path(lang, imported=True)
+    return RedirectResponse(back, status_code=303, headers=LINK_HEADERS)
+
+
+@router.get(
+    "/ns/{namespace}/r/{receipt_path:path}",
+    response_class=HTMLResponse,
+    summary="Receipt link page (Endpoint 8); <link>/pdf downloads the PDF",
+    responses={404: {"description": "Unknown namespace or receipt identifier (an HTML page)."}},
+)
+def namespace_link_page(
+    request: Request, namespace: str, receipt_path: str, user: CurrentUser, lang: LangQuery = None
+) -> Response:
+    parts = _namespace_link_parts(request)
+    if parts is None:
+        return _not_found(request, lang)
+    ns, identifier, is_pdf = parts
+    return _show(request, LinkPage(ns, identifier, pdf=is_pdf), lang, user)
+
+
+@router.post(
+    "/ns/{namespace}/r/{receipt_path:path}",
+    response_class=HTMLResponse,
+    summary="Import the receipt into the logged-in user's account (action=import)",
+)
+def namespace_link_import(
+    request: Request,
+    namespace: str,
+    receipt_path: str,
+    user: CurrentUser,
+    action: Annotated[str, Form()],
+    csrf_token: Annotated[str | None, Form()] = None,
+) -> Response:
+    parts = _namespace_link_parts(request)
+    if parts is None or parts[2]:
+        return _not_found(request, request.query_params.get("lang"))
+    return _import(request, LinkPage(parts[0], parts[1]), user, action, csrf_token)
+
+
+@router.get(
+    "/r/{token}", response_class=HTMLResponse, summary="A receipt's private link page (no login)"
+)
+def private_link_page(
+    request: Request, token: str, user: CurrentUser, lang: LangQuery = None
+) -> Response:
+    return _show(request, LinkPage(None, token), lang, user)
+
+
+@router.get("/r/{token}/pdf", summary="The PDF of a receipt's private link")
+def private_link_pdf(request: Request, token: str, lang: LangQuery = None) -> Response:
+    return _show(request, LinkPage(None, token, pdf=True), lang)
+
+
+@router.post(
+    "/r/{token}",
+    response_class=HTMLResponse,
+    summary="Import the receipt of a private link (action=import)",
+)
+def private_link_import(
+    request: Request,
+    token: str,
+    user: CurrentUser,
+    action: Annotated[str, Form()],
+    csrf_token: Annotated[str | None, Form()] = None,
+) -> Response:
+    return _import(request, LinkPage(None, token), user, action, csrf_token)

@@ -1,0 +1,63 @@
+"""Labels that only the receipt-link pages use (the shared receipt labels live in
+``kuitti.i18n``). Same shape as the shared catalogue: key → (fi, sv, en)."""
+
+from __future__ import annotations
+
+from kuitti.i18n import Language, as_language, translate
+
+_PAGE_MESSAGES: dict[str, tuple[str, str, str]] = {
+    "page.title": ("Kuitti: {merchant}", "Kvitto: {merchant}", "Receipt: {merchant}"),
+    "page.language": ("Kieli", "Språk", "Language"),
+    "page.actions": ("Toiminnot", "Åtgärder", "Actions"),
+    "page.import": ("Tuo tililleni", "Importera till mitt konto", "Import to my account"),
+    "page.import_help": (
+        "Kirjaudu sisään tai luo tili, niin kuitti tallentuu tilillesi ja yhdistettyihin "
+        "sovelluksiisi.",
+        "Logga in eller skapa ett konto så sparas kvittot på ditt konto och i dina anslutna appar.",
+        "Log in or sign up and the receipt is saved to your account and your connected apps.",
+    ),
+    "page.logged_in_as": ("Kirjautuneena: {email}", "Inloggad som {email}", "Logged in as {email}"),
+    "page.imported": (
+        "Kuitti on nyt tililläsi.",
+        "Kvittot finns nu på ditt konto.",
+        "The receipt is now in your account.",
+    ),
+    "page.already_yours": (
+        "Tämä kuitti on tililläsi.",
+        "Det här kvittot finns på ditt konto.",
+        "This receipt is in your account.",
+    ),
+    "page.print": ("Tulosta", "Skriv ut", "Print"),
+    "page.issued_by": ("Myyjä", "Säljare", "Sold by"),
+    "page.summary": ("Yhteenveto", "Sammanfattning", "Summary"),
+    "page.free_text": ("Viesti", "Meddelande", "Message"),
+    "page.show_more": ("Näytä kaikki rivit", "Visa alla rader", "Show all rows"),
+    "page.rows_count": ("{count} riviä", "{count} rader", "{count} rows"),
+    "page.powered_by": (
+        "Sähköinen kuitti – kuitti",
+        "Digitalt kvitto – kuitti",
+        "Digital receipt – kuitti",
+    ),
+    "not_found.title": ("Kuittia ei löytynyt", "Kvittot hittades inte", "Receipt not found"),
+    "not_found.body": (
+        "Tällä osoitteella ei löydy kuittia. Tarkista linkki tai pyydä myyjältä uusi.",
+        "Det finns inget kvitto på den här adressen. Kontrollera länken eller be säljaren om en "
+        "ny.",
+        "There is no receipt at this address. Check the link, or ask the seller for a new one.",
+    ),
+    "rate_limited.title": ("Liian monta pyyntöä", "För många förfrågningar", "Too many requests"),
+    "rate_limited.body": (
+        "Yritä uudelleen hetken kuluttua.",
+        "Försök igen om en stund.",
+        "Please try again in a moment.",
+    ),
+}
+
+_INDEX = {Language.FI: 0, Language.SV: 1, Language.EN: 2}
+
+
+def page_text(key: str, locale: str, **values: str) -> str:
+    """A page label in ``locale``; shared receipt labels come from ``kuitti.i18n``."""
+    entry = _PAGE_MESSAGES.get(key)
+    text = entry[_INDEX[as_language(locale)]] if entry else translate(key, locale)
+    return text.format(**values) if values else text
