@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
 from kuitti import __version__
+from kuitti.cards.routes import router as cards_router
 from kuitti.clock import Clock, SystemClock
 from kuitti.config import Settings, load_settings
 from kuitti.db import Database
@@ -34,7 +35,7 @@ from kuitti.users.routes import router as users_router
 from kuitti.web import STATIC_DIR
 from kuitti.webhooks.worker import run_worker
 
-ROUTERS = (receipts_router, delivery_router, oauth_router, users_router)
+ROUTERS = (receipts_router, delivery_router, oauth_router, users_router, cards_router)
 
 
 def create_app(

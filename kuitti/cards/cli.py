@@ -1,8 +1,133 @@
-"""``kuitti card …`` and ``kuitti receipts …`` (built by the card-linking work)."""
+"""``kuitti card …`` (enrol pilot cards, run the deferred re-check) and ``kuitti receipts
+explain`` (why a receipt's card payments matched, or why they wait)."""
 
 from __future__ import annotations
 
+import uuid
+from typing import Annotated
+
 import typer
+
+from kuitti.cards import service
+from kuitti.cards.matching import explain_receipt, settle_due_matches
+from kuitti.errors import KuittiError
+from kuitti.models import Partner, PartnerRole, Receipt
 
 card_app = typer.Typer(help="Cards: enrol pilot cards.", no_args_is_help=True)
 receipts_app = typer.Typer(help="Receipts: explain matching.", no_args_is_help=True)
+
+
+@card_app.command("enroll")
+def enroll(
+    partner: Annotated[str, typer.Option(help="Issuer or pilot bank partner id.")],
+    partner_card_id: Annotated[str, typer.Option(help="The bank's own id for the card.")],
+    masked_pan: Annotated[
+        str, typer.Option(help="First six and last four digits, e.g. 415301******1234.")
+    ],
+    exp_date: Annotated[str, typer.Option(help="2028-12-31T23:59:59Z or YYYY-MM.")],
+    name: Annotated[str | None, typer.Option(help="Card holder name.")] = None,
+    pilot: Annotated[
+        bool, typer.Option("--pilot", help="A pilot card (bank_pilot partner).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Enrol a card by hand (pilot cards: matched on their masked PAN alone)."""
+    from kuitti.cli import emit, fail, open_services
+
+    services = open_services()
+    try:
+        partner_id = uuid.UUID(partner)
+    except ValueError:
+        fail("--partner must be a partner id (see 'kuitti partner list')")
+    try:
+        request = service.check_card_request(partner_card_id, masked_pan, exp_date, name)
+        with services.db.session() as session:
+            issuer = session.get(Partner, partner_id)
+            if issuer is None:
+                fail("no partner with that id")
+            role = PartnerRole.BANK_PILOT if pilot else PartnerRole.CARD_ISSUER
+            if not issuer.has_role(role):
+                fail(f"the partner needs the {role.value} role for this card")
+            card, _created = service.enroll_card(
+                session, issuer, request, now=services.clock.now(), pilot=pilot
+            )
+            data = {"service_card_id": str(card.id), "partner_card_id": card.partner_card_id}
+    except KuittiError as exc:
+        fail("; ".join(d.description for d in exc.details()))
+    finally:
+        services.db.dispose()
+    emit(data, as_json, f"enrolled card {data['service_card_id']} ({data['partner_card_id']})")
+
+
+@card_app.command("settle")
+def settle() -> None:
+    """Run the deferred re-check once (the delivery worker also runs it)."""
+    from kuitti.cli import open_services
+
+    services = open_services()
+    try:
+        count = settle_due_matches(services)
+    finally:
+        services.db.dispose()
+    typer.echo(f"re-checked {count} waiting card payment(s)")
+
+
+@receipts_app.command("explain")
+def explain(
+    receipt_id: Annotated[str, typer.Argument(help="The receipt id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Why each CARD payment of a receipt matched (keys, window, transaction), or why it
+    waits (no candidate, which cards tied, the auth window)."""
+    from kuitti.cli import emit, fail, open_services
+
+    services = open_services()
+    try:
+        try:
+            wanted = uuid.UUID(receipt_id)
+        except ValueError:
+            fail("not a receipt id")
+        with services.db.session(write=False) as session:
+            if session.get(Receipt, wanted) is None:
+                fail("no such receipt")
+            data = explain_receipt(session, wanted, services.clock.now())
+    finally:
+        services.db.dispose()
+    emit(data, as_json, _human(data))
+
+
+def _human(data: dict[str, object]) -> str:
+    payments = data["card_payments"]
+    assert isinstance(payments, list)
+    lines = [f"receipt {data['receipt_id']}"]
+    if not payments:
+        lines.append("  no CARD payments: card-linking has nothing to match")
+    for item in payments:
+        lines.append(
+            f"  payment {item['payment_index']}: {item['status']} — MID {item['merchant_id']}, "
+            f"amount {item['amount']} {item['currency']}, paid {item['paid_at']}, "
+            f"PAN {item['masked_pan']}"
+        )
+        match = item.get("match")
+        if match:
+            lines.append(
+                f"    matched card {match['service_card_id']} ({match['partner_card_id']}) "
+                f"on {', '.join(match['keys'])}; window {match['window']}"
+            )
+            if match.get("transaction_id"):
+                lines.append(
+                    f"    transaction {match['transaction_id']} ({match['transaction_type']} at "
+                    f"{match['transaction_time']}), purchase {match['purchase_id']}"
+                )
+            lines.append(f"    delivered {match['delivered']}")
+        else:
+            reason = item["reason"]
+            lines.append(f"    {reason.get('why')}: {reason.get('detail')}")
+            for candidate in reason.get("candidates", []):
+                lines.append(
+                    f"    candidate card {candidate['service_card_id']} "
+                    f"({candidate['kind']}; keys {', '.join(candidate['keys'])})"
+                )
+            if reason.get("settle_at"):
+                lines.append(f"    re-checked at {reason['settle_at']}")
+    return "\n".join(lines)

@@ -18,9 +18,14 @@ from sqlalchemy.orm import Session
 
 from kuitti import locks
 from kuitti.cards import pan
+from kuitti.cards.matching import CLEARING_AFTER, CLEARING_BEFORE, Matcher
+from kuitti.config import Settings
+from kuitti.delivery.service import reading_connections
 from kuitti.errors import Conflict, ErrorDetail, InvalidRequest, NotFound
-from kuitti.models import Card, Connection, Namespace, Partner
-from kuitti.webhooks.events import NotificationType, enqueue
+from kuitti.models import Card, Namespace, Partner
+from kuitti.models.cards import CardMatch, CardPurchase, CardTransaction, TransactionType
+from kuitti.receipts.schema import ISO_4217_CODES
+from kuitti.webhooks.events import NotificationType, enqueue, notify_connection
 
 PARTNER_CARD_ID_MAX = 200
 HOLDER_NAME_MAX = 200
@@ -270,14 +275,288 @@ def card_for_token(
     return card
 
 
-def pilot_connection(session: Session, card: Card) -> Connection | None:
-    """The active connection of a pilot card's user to the card's bank, if any."""
-    if card.user_id is None:
-        return None
+# -- card transactions -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TransactionRequest:
+    """A checked ``POST /api/v1/card-transactions/`` body."""
+
+    partner_card_id: str | None
+    service_card_id: str | None
+    transaction_type: TransactionType
+    amount: int
+    currency: str
+    occurred_at: datetime
+    merchant_id: str
+    merchant_name: str
+    reference_number: str | None
+    authorization_code: str | None
+
+
+def check_transaction_request(data: object) -> TransactionRequest:
+    """Check a card-transaction body; ``InvalidRequest`` lists every problem at once."""
+    if not isinstance(data, dict):
+        raise InvalidRequest([ErrorDetail("invalid_type", "$: the body must be a JSON object.")])
+    errors: list[ErrorDetail] = []
+
+    def text_field(name: str, *, required: bool, limit: int = 200) -> str | None:
+        value = data.get(name)
+        if value is None:
+            if required:
+                errors.append(ErrorDetail("missing_field", f"{name}: this field is required."))
+            return None
+        if not isinstance(value, str):
+            errors.append(ErrorDetail("invalid_type", f"{name}: must be a string."))
+            return None
+        if not value.strip() or len(value) > limit:
+            errors.append(
+                ErrorDetail("invalid_value", f"{name}: 1 to {limit} characters, not blank.")
+            )
+            return None
+        return value
+
+    partner_card_id = text_field("partner_card_id", required=False)
+    service_card_id = text_field("service_card_id", required=False)
+    if data.get("partner_card_id") is None and data.get("service_card_id") is None:
+        errors.append(
+            ErrorDetail(
+                "missing_field", "partner_card_id: give partner_card_id or service_card_id."
+            )
+        )
+    kind = text_field("transaction_type", required=True, limit=16)
+    transaction_type: TransactionType | None = None
+    if kind is not None:
+        try:
+            transaction_type = TransactionType(kind)
+        except ValueError:
+            errors.append(
+                ErrorDetail("invalid_value", "transaction_type: must be auth or clearing.")
+            )
+    amount = data.get("amount")
+    if amount is None:
+        errors.append(ErrorDetail("missing_field", "amount: this field is required."))
+    elif not isinstance(amount, int) or isinstance(amount, bool):
+        errors.append(
+            ErrorDetail("invalid_type", "amount: must be an integer in fractional units.")
+        )
+    elif abs(amount) > 10**15:
+        errors.append(ErrorDetail("invalid_value", "amount: out of range."))
+    currency = text_field("currency", required=True, limit=3)
+    if currency is not None and currency not in ISO_4217_CODES:
+        errors.append(ErrorDetail("invalid_value", "currency: must be an ISO 4217 currency code."))
+    stamp = text_field("timestamp", required=True, limit=64)
+    occurred_at: datetime | None = None
+    if stamp is not None:
+        try:
+            moment = datetime.fromisoformat(stamp)
+            if moment.tzinfo is None or "T" not in stamp.upper():
+                raise ValueError
+            occurred_at = moment.astimezone(UTC)
+        except ValueError:
+            errors.append(
+                ErrorDetail(
+                    "invalid_value",
+                    "timestamp: must be an ISO 8601 date-time with an offset, "
+                    "e.g. 2026-01-15T14:03:11+02:00.",
+                )
+            )
+    merchant_id = text_field("merchant_id", required=True)
+    merchant_name = text_field("merchant_name", required=True, limit=500)
+    reference_number = text_field("reference_number", required=False)
+    authorization_code = text_field("authorization_code", required=False)
+    if errors:
+        raise InvalidRequest(errors)
+    assert transaction_type is not None
+    assert isinstance(amount, int)
+    assert currency is not None
+    assert occurred_at is not None
+    assert merchant_id is not None
+    assert merchant_name is not None
+    return TransactionRequest(
+        partner_card_id,
+        service_card_id,
+        transaction_type,
+        amount,
+        currency,
+        occurred_at,
+        merchant_id,
+        merchant_name,
+        reference_number,
+        authorization_code,
+    )
+
+
+def record_transaction(
+    session: Session,
+    settings: Settings,
+    issuer: Partner,
+    request: TransactionRequest,
+    *,
+    now: datetime,
+) -> dict[str, Any]:
+    """Store an issuer's transaction as part of a purchase, announce a new purchase to the card
+    user's reading apps, and decide every waiting receipt payment it could fit."""
+    card = issuer_card(
+        session,
+        issuer,
+        service_card_id=request.service_card_id,
+        partner_card_id=None if request.service_card_id else request.partner_card_id,
+    )
+    if request.service_card_id and request.partner_card_id not in (None, card.partner_card_id):
+        raise InvalidRequest(
+            [ErrorDetail("invalid_value", "partner_card_id: is not the id of that card.")]
+        )
+    locks.acquire(session, "match", request.merchant_id)
+    txn = _duplicate(session, card, request)
+    if txn is not None:
+        return _transaction_json(session, card, txn, replayed=True)
+    purchase = _purchase_for(session, card, request, now=now)
+    new_purchase = purchase.id is None
+    if new_purchase:
+        purchase.id = uuid.uuid4()
+        session.add(purchase)
+    purchase.authorization_code = purchase.authorization_code or request.authorization_code
+    purchase.reference_number = purchase.reference_number or request.reference_number
+    txn = CardTransaction(
+        id=uuid.uuid4(),
+        card_id=card.id,
+        purchase_id=purchase.id,
+        transaction_type=request.transaction_type.value,
+        amount=request.amount,
+        currency=request.currency,
+        occurred_at=request.occurred_at,
+        merchant_id=request.merchant_id,
+        merchant_name=request.merchant_name,
+        reference_number=request.reference_number,
+        authorization_code=request.authorization_code,
+        pan_last4=card.pan_last4,
+        created_at=now,
+    )
+    session.add(txn)
+    session.flush()
+    matcher = Matcher(session, settings, now)
+    matcher.on_transaction(txn)
+    matcher.settle_due(request.merchant_id)
+    if new_purchase and card.user_id is not None:
+        receipt_id = session.scalar(
+            select(CardMatch.receipt_id).where(CardMatch.purchase_id == purchase.id)
+        )
+        for connection in reading_connections(session, card.user_id):
+            notify_connection(
+                session,
+                connection,
+                NotificationType.TRANSACTION,
+                receipt_id=str(receipt_id) if receipt_id is not None else None,
+                data={"merchant_name": request.merchant_name},
+                now=now,
+            )
+    return _transaction_json(session, card, txn, replayed=False)
+
+
+def _transaction_json(
+    session: Session, card: Card, txn: CardTransaction, *, replayed: bool
+) -> dict[str, Any]:
+    receipt_id = session.scalar(
+        select(CardMatch.receipt_id).where(CardMatch.purchase_id == txn.purchase_id)
+    )
+    return {
+        "transaction_id": str(txn.id),
+        "service_card_id": str(card.id),
+        "partner_card_id": card.partner_card_id,
+        "purchase_id": str(txn.purchase_id),
+        "matched_receipt_id": str(receipt_id) if receipt_id is not None else None,
+        "replayed": replayed,
+    }
+
+
+def _duplicate(session: Session, card: Card, request: TransactionRequest) -> CardTransaction | None:
+    """The same transaction reported again (a retry) is stored once."""
     return session.scalar(
-        select(Connection).where(
-            Connection.user_id == card.user_id,
-            Connection.partner_id == card.partner_id,
-            Connection.revoked_at.is_(None),
+        select(CardTransaction).where(
+            CardTransaction.card_id == card.id,
+            CardTransaction.merchant_id == request.merchant_id,
+            CardTransaction.occurred_at == request.occurred_at,
+            CardTransaction.transaction_type == request.transaction_type.value,
+            CardTransaction.amount == request.amount,
+            _equal_or_null(CardTransaction.authorization_code, request.authorization_code),
+            _equal_or_null(CardTransaction.reference_number, request.reference_number),
         )
     )
+
+
+def _equal_or_null(column: Any, value: str | None) -> Any:
+    return column.is_(None) if value is None else column == value
+
+
+def _purchase_for(
+    session: Session, card: Card, request: TransactionRequest, *, now: datetime
+) -> CardPurchase:
+    """The purchase a transaction belongs to: a clearing joins the auth of the same card and
+    merchant id that it continues, else (and for every auth) a new purchase (id None).
+
+    A clearing continues an auth of the same sign, 15 min before to 7 days after it, that has
+    no clearing yet and whose codes do not differ from the clearing's. Among several, an equal
+    authorization code or reference number decides (earliest first), then an equal amount if
+    only one auth has it, then the only one."""
+    fresh = CardPurchase(
+        id=None,
+        card_id=card.id,
+        merchant_id=request.merchant_id,
+        merchant_name=request.merchant_name,
+        authorization_code=request.authorization_code,
+        reference_number=request.reference_number,
+        created_at=now,
+    )
+    if request.transaction_type is TransactionType.AUTH:
+        return fresh
+    auths = session.execute(
+        select(CardTransaction, CardPurchase)
+        .join(CardPurchase, CardPurchase.id == CardTransaction.purchase_id)
+        .where(
+            CardTransaction.card_id == card.id,
+            CardTransaction.merchant_id == request.merchant_id,
+            CardTransaction.occurred_at >= request.occurred_at - CLEARING_AFTER,
+            CardTransaction.occurred_at <= request.occurred_at + CLEARING_BEFORE,
+            CardTransaction.transaction_type == TransactionType.AUTH.value,
+        )
+        .order_by(CardTransaction.occurred_at)
+    ).all()
+    open_auths: list[tuple[CardTransaction, CardPurchase]] = []
+    for auth, purchase in auths:
+        if (auth.amount < 0) != (request.amount < 0):
+            continue
+        if _differs(purchase.authorization_code, request.authorization_code) or _differs(
+            purchase.reference_number, request.reference_number
+        ):
+            continue
+        cleared = session.scalar(
+            select(CardTransaction.id).where(
+                CardTransaction.purchase_id == purchase.id,
+                CardTransaction.transaction_type == TransactionType.CLEARING.value,
+            )
+        )
+        if cleared is None:
+            open_auths.append((auth, purchase))
+    coded = [
+        p
+        for a, p in open_auths
+        if _same(p.authorization_code, request.authorization_code)
+        or _same(p.reference_number, request.reference_number)
+    ]
+    if coded:
+        return coded[0]
+    same_amount = [p for a, p in open_auths if a.amount == request.amount]
+    if len(same_amount) == 1:
+        return same_amount[0]
+    if len(open_auths) == 1:
+        return open_auths[0][1]
+    return fresh
+
+
+def _differs(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and a != b
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    return a is not None and a == b

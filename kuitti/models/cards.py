@@ -83,8 +83,8 @@ class CardTransaction(Base):
 
     __tablename__ = "card_transactions"
     __table_args__ = (
-        # Receipt payment → transactions: MID and amount equal, time in a range.
-        Index("ix_card_transactions_lookup", "merchant_id", "amount", "occurred_at"),
+        # Receipt payment → transactions: MID, amount and last four equal, time in a range.
+        Index("ix_card_transactions_lookup", "merchant_id", "amount", "pan_last4", "occurred_at"),
         # A clearing looking for its auth among the same card's transactions.
         Index("ix_card_transactions_card", "card_id", "merchant_id", "occurred_at"),
     )
@@ -100,12 +100,15 @@ class CardTransaction(Base):
     merchant_name: Mapped[str] = mapped_column(String(500))
     reference_number: Mapped[str | None] = mapped_column(String(200))
     authorization_code: Mapped[str | None] = mapped_column(String(200))
+    # The card's last four digits, copied so the lookup index can include them.
+    pan_last4: Mapped[str] = mapped_column(String(4))
     created_at: Mapped[datetime]
 
 
 class PaymentStatus(StrEnum):
     WAITING = "waiting"
     MATCHED = "matched"
+    EXPIRED = "expired"
     UNMATCHABLE = "unmatchable"
 
 
@@ -120,13 +123,34 @@ class CardPaymentRecord(Base):
     __tablename__ = "card_payments"
     __table_args__ = (
         # Transaction → waiting payments: MID and amount (or pre-authorised amount), time range.
-        Index("ix_card_payments_lookup", "merchant_id", "amount", "paid_at"),
-        Index("ix_card_payments_preauth", "merchant_id", "pre_authorized_amount", "paid_at"),
+        Index("ix_card_payments_lookup", "merchant_id", "amount", "pan_last4", "paid_at"),
+        Index(
+            "ix_card_payments_preauth",
+            "merchant_id",
+            "pre_authorized_amount",
+            "pan_last4",
+            "paid_at",
+        ),
+        # Payments waiting for their auth window to close, globally and per merchant id.
         Index(
             "ix_card_payments_settle",
             "settle_at",
             sqlite_where=text("settle_at IS NOT NULL"),
             postgresql_where=text("settle_at IS NOT NULL"),
+        ),
+        Index(
+            "ix_card_payments_mid_settle",
+            "merchant_id",
+            "settle_at",
+            sqlite_where=text("settle_at IS NOT NULL"),
+            postgresql_where=text("settle_at IS NOT NULL"),
+        ),
+        # Waiting payments by time, for expiry from the matching set.
+        Index(
+            "ix_card_payments_waiting",
+            "paid_at",
+            sqlite_where=text("status = 'waiting'"),
+            postgresql_where=text("status = 'waiting'"),
         ),
         Index("uq_card_payments_receipt_index", "receipt_id", "payment_index", unique=True),
     )

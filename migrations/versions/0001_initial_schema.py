@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 07:37:48.573957
+Create Date: 2026-11-22 07:44:23.671683
 """
 
 from collections.abc import Sequence
@@ -260,11 +260,20 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("card_payments", schema=None) as batch_op:
         batch_op.create_index(
-            "ix_card_payments_lookup", ["merchant_id", "amount", "paid_at"], unique=False
+            "ix_card_payments_lookup",
+            ["merchant_id", "amount", "pan_last4", "paid_at"],
+            unique=False,
+        )
+        batch_op.create_index(
+            "ix_card_payments_mid_settle",
+            ["merchant_id", "settle_at"],
+            unique=False,
+            sqlite_where=sa.text("settle_at IS NOT NULL"),
+            postgresql_where=sa.text("settle_at IS NOT NULL"),
         )
         batch_op.create_index(
             "ix_card_payments_preauth",
-            ["merchant_id", "pre_authorized_amount", "paid_at"],
+            ["merchant_id", "pre_authorized_amount", "pan_last4", "paid_at"],
             unique=False,
         )
         batch_op.create_index(
@@ -273,6 +282,13 @@ def upgrade() -> None:
             unique=False,
             sqlite_where=sa.text("settle_at IS NOT NULL"),
             postgresql_where=sa.text("settle_at IS NOT NULL"),
+        )
+        batch_op.create_index(
+            "ix_card_payments_waiting",
+            ["paid_at"],
+            unique=False,
+            sqlite_where=sa.text("status = 'waiting'"),
+            postgresql_where=sa.text("status = 'waiting'"),
         )
         batch_op.create_index(
             "uq_card_payments_receipt_index", ["receipt_id", "payment_index"], unique=True
@@ -540,6 +556,7 @@ def upgrade() -> None:
         sa.Column("merchant_name", sa.String(length=500), nullable=False),
         sa.Column("reference_number", sa.String(length=200), nullable=True),
         sa.Column("authorization_code", sa.String(length=200), nullable=True),
+        sa.Column("pan_last4", sa.String(length=4), nullable=False),
         sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["card_id"], ["cards.id"], name=op.f("fk_card_transactions_card_id_cards")
@@ -556,7 +573,9 @@ def upgrade() -> None:
             "ix_card_transactions_card", ["card_id", "merchant_id", "occurred_at"], unique=False
         )
         batch_op.create_index(
-            "ix_card_transactions_lookup", ["merchant_id", "amount", "occurred_at"], unique=False
+            "ix_card_transactions_lookup",
+            ["merchant_id", "amount", "pan_last4", "occurred_at"],
+            unique=False,
         )
         batch_op.create_index(
             batch_op.f("ix_card_transactions_purchase_id"), ["purchase_id"], unique=False
@@ -620,11 +639,21 @@ def downgrade() -> None:
     with op.batch_alter_table("card_payments", schema=None) as batch_op:
         batch_op.drop_index("uq_card_payments_receipt_index")
         batch_op.drop_index(
+            "ix_card_payments_waiting",
+            sqlite_where=sa.text("status = 'waiting'"),
+            postgresql_where=sa.text("status = 'waiting'"),
+        )
+        batch_op.drop_index(
             "ix_card_payments_settle",
             sqlite_where=sa.text("settle_at IS NOT NULL"),
             postgresql_where=sa.text("settle_at IS NOT NULL"),
         )
         batch_op.drop_index("ix_card_payments_preauth")
+        batch_op.drop_index(
+            "ix_card_payments_mid_settle",
+            sqlite_where=sa.text("settle_at IS NOT NULL"),
+            postgresql_where=sa.text("settle_at IS NOT NULL"),
+        )
         batch_op.drop_index("ix_card_payments_lookup")
 
     op.drop_table("card_payments")

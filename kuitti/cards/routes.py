@@ -1,0 +1,178 @@
+"""Card issuers' API (SPEC §7): enrol and remove cards, report card transactions.
+
+Authentication: the issuer's API key in ``SERVICE_APIKEY`` (or ``Service-Apikey``), or as
+``Authorization: Token <key>``; the partner needs the ``card_issuer`` role. Enrolment may also
+carry the holder's ``Authorization: Bearer <token>`` (a connection to the same issuer) to link
+the card to that user.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header
+
+from kuitti.cards import service
+from kuitti.deps import Now, RawBody, ServicesDep, WriteSession
+from kuitti.errors import ErrorDetail, InvalidRequest, UnsupportedMediaType
+from kuitti.models import Partner, PartnerRole
+from kuitti.oauth.bearer import bearer_token, optional_connection
+from kuitti.partners.auth import authenticate_partner, require_role
+from kuitti.receipts.validation import parse_json
+
+router = APIRouter(prefix="/api/v1", tags=["cards"])
+
+_AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing or wrong API key (or an invalid holder token)."},
+    403: {"description": "The key's partner lacks the card_issuer role."},
+}
+
+
+def _issuer(
+    services: ServicesDep,
+    authorization: Annotated[str | None, Header()] = None,
+    service_apikey: Annotated[
+        str | None, Header(alias="SERVICE_APIKEY", convert_underscores=False)
+    ] = None,
+    service_apikey_dashed: Annotated[str | None, Header(alias="Service-Apikey")] = None,
+) -> Partner:
+    key = service_apikey or service_apikey_dashed
+    if key is None and bearer_token(authorization) is None:
+        key = authorization
+    partner = authenticate_partner(services, key)
+    return require_role(partner, PartnerRole.CARD_ISSUER)
+
+
+CardIssuer = Annotated[Partner, Depends(_issuer)]
+
+
+def _json_body(body: bytes, content_type: str | None) -> object:
+    if (content_type or "").split(";")[0].strip().lower() != "application/json":
+        raise UnsupportedMediaType("Send the body as Content-Type: application/json.")
+    return parse_json(body)
+
+
+@router.post(
+    "/cards/",
+    summary="Enrol a card",
+    responses={
+        **_AUTH_RESPONSES,
+        400: {"description": "Invalid fields; a full card number is always refused."},
+        409: {"description": "partner_card_id already enrolled with other details."},
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["partner_card_id", "masked_pan", "exp_date"],
+                        "properties": {
+                            "partner_card_id": {"type": "string"},
+                            "masked_pan": {"type": "string", "example": "415301******1234"},
+                            "exp_date": {"type": "string", "example": "2028-12-31T23:59:59Z"},
+                            "name": {"type": "string"},
+                        },
+                    }
+                }
+            },
+        }
+    },
+)
+def enroll_card(
+    body: RawBody,
+    issuer: CardIssuer,
+    services: ServicesDep,
+    session: WriteSession,
+    now: Now,
+    authorization: Annotated[str | None, Header()] = None,
+    content_type: Annotated[str | None, Header()] = None,
+) -> dict[str, Any]:
+    data = _json_body(body, content_type)
+    if not isinstance(data, dict):
+        raise InvalidRequest([ErrorDetail("invalid_type", "$: the body must be a JSON object.")])
+    request = service.check_card_request(
+        data.get("partner_card_id"), data.get("masked_pan"), data.get("exp_date"), data.get("name")
+    )
+    connection = optional_connection(session, services.settings, authorization, issuer, now=now)
+    card, _created = service.enroll_card(
+        session,
+        issuer,
+        request,
+        now=now,
+        user_id=connection.user_id if connection is not None else None,
+    )
+    return service.card_json(card)
+
+
+@router.delete(
+    "/cards/{service_card_id}/",
+    summary="Remove a card (it never matches again)",
+    responses={**_AUTH_RESPONSES, 404: {"description": "No such card of this issuer."}},
+)
+def delete_card(
+    service_card_id: str, issuer: CardIssuer, session: WriteSession, now: Now
+) -> dict[str, Any]:
+    card = service.delete_card(session, issuer, service_card_id, now=now)
+    return {
+        "service_card_id": str(card.id),
+        "partner_card_id": card.partner_card_id,
+        "deleted": True,
+    }
+
+
+@router.post(
+    "/card-transactions/",
+    summary="Report a card transaction (auth or clearing)",
+    responses={
+        **_AUTH_RESPONSES,
+        400: {"description": "Invalid fields."},
+        404: {"description": "No such card of this issuer."},
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": [
+                            "transaction_type",
+                            "amount",
+                            "currency",
+                            "timestamp",
+                            "merchant_id",
+                            "merchant_name",
+                        ],
+                        "properties": {
+                            "partner_card_id": {"type": "string"},
+                            "service_card_id": {"type": "string"},
+                            "transaction_type": {"type": "string", "enum": ["auth", "clearing"]},
+                            "amount": {
+                                "type": "integer",
+                                "description": "Signed, fractional units; a refund is negative.",
+                            },
+                            "currency": {"type": "string", "example": "EUR"},
+                            "timestamp": {"type": "string", "example": "2026-01-15T14:03:11+02:00"},
+                            "merchant_id": {"type": "string"},
+                            "merchant_name": {"type": "string"},
+                            "reference_number": {"type": "string"},
+                            "authorization_code": {"type": "string"},
+                        },
+                    }
+                }
+            },
+        }
+    },
+)
+def create_transaction(
+    body: RawBody,
+    issuer: CardIssuer,
+    services: ServicesDep,
+    session: WriteSession,
+    now: Now,
+    content_type: Annotated[str | None, Header()] = None,
+) -> dict[str, Any]:
+    request = service.check_transaction_request(_json_body(body, content_type))
+    return service.record_transaction(session, services.settings, issuer, request, now=now)
