@@ -41,3 +41,7 @@ WEBHOOK_ATTEMPT_LATENCY = Histogram(
     "Duration of one webhook HTTP call",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+WEBHOOK_WORKER_ERRORS = Counter(
+    "kuitti_webhook_worker_errors_total",
+    "Worker rounds that failed because the database could not be reached (the worker goes on)",
+)

@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 
 import httpx
-from sqlalchemy import and_, bindparam, insert, or_, select, update
+from sqlalchemy import and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -138,12 +138,29 @@ def claim_due(
     now = services.clock.now()
     due = _due(now)
     # A cheap read first: an idle poll never takes the (SQLite: database-wide) write lock.
+    # At most ``per_partner`` candidates per partner, so one partner's backlog cannot crowd the
+    # others out of a claim.
+    ranked = (
+        select(
+            WebhookDelivery.id,
+            WebhookDelivery.partner_id,
+            WebhookDelivery.next_attempt_at,
+            func.row_number()
+            .over(
+                partition_by=WebhookDelivery.partner_id,
+                order_by=(WebhookDelivery.next_attempt_at, WebhookDelivery.id),
+            )
+            .label("rank"),
+        )
+        .where(due)
+        .subquery()
+    )
     with services.db.session(write=False) as session:
         candidates = session.execute(
-            select(WebhookDelivery.id, WebhookDelivery.partner_id)
-            .where(due)
-            .order_by(WebhookDelivery.next_attempt_at)
-            .limit(limit * 2)
+            select(ranked.c.id, ranked.c.partner_id)
+            .where(ranked.c.rank <= per_partner)
+            .order_by(ranked.c.next_attempt_at, ranked.c.id)
+            .limit(limit + sum(busy.values()))
         ).all()
     if not candidates:
         return []
@@ -487,7 +504,11 @@ async def _wait_any(events: Iterable[asyncio.Event], timeout_seconds: float) -> 
 
 
 async def _webhook_loop(
-    services: Services, stop: asyncio.Event, wake: asyncio.Event, wall_time: WallTime
+    services: Services,
+    stop: asyncio.Event,
+    wake: asyncio.Event,
+    wall_time: WallTime,
+    poll_seconds: float,
 ) -> None:
     backoff = 0.0
     async with make_client(services.settings) as client:
@@ -500,6 +521,7 @@ async def _webhook_loop(
                     await pipeline.flush()
                     claimed = await pipeline.claim()
                 except Exception as exc:  # the database is away: keep running, try again
+                    metrics.WEBHOOK_WORKER_ERRORS.inc()
                     backoff = min(max(backoff * 2, 0.1), DB_RETRY_MAX_SECONDS)
                     log.warning(
                         "webhook worker cannot reach the database",
@@ -511,7 +533,7 @@ async def _webhook_loop(
                 backoff = 0.0
                 if claimed and pipeline.in_flight < pipeline.max_in_flight:
                     continue  # there may be more due right now
-                await _wait_any([stop, wake, pipeline.progress], POLL_SECONDS)
+                await _wait_any([stop, wake, pipeline.progress], poll_seconds)
         finally:
             await pipeline.drain(services.settings.webhook_timeout_seconds)
 
@@ -552,8 +574,12 @@ async def run_worker(
     *,
     mail: bool = True,
     wall_time: WallTime = time.time,
+    poll_seconds: float = POLL_SECONDS,
 ) -> None:
-    """Run until ``stop`` is set: webhooks, and e-mail (``send_due_mail`` in a thread)."""
+    """Run until ``stop`` is set: webhooks, and e-mail (``send_due_mail`` in a thread).
+
+    ``poll_seconds`` bounds how long a retry that fell due, or an event queued by another
+    process without PostgreSQL's NOTIFY (SQLite), waits to be noticed."""
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
 
@@ -568,7 +594,7 @@ async def run_worker(
     if mail:
         helpers.append(asyncio.create_task(_mail_loop(services, stop)))
     try:
-        await _webhook_loop(services, stop, wake, wall_time)
+        await _webhook_loop(services, stop, wake, wall_time, poll_seconds)
     finally:
         unsubscribe()
         for task in helpers:

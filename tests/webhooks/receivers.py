@@ -79,6 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256
     state: _State
 
 
@@ -108,6 +109,10 @@ class Receiver:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
+
+    def release_all(self) -> None:
+        """Let every held answer (``delay_seconds``, ``hang``) go now."""
+        self._server.state.release.set()
 
     @property
     def received(self) -> list[Received]:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import threading
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
@@ -13,7 +17,7 @@ from kuitti.deps import Services
 from kuitti.models import Connection, PartnerRole, WebhookDelivery
 from kuitti.partners.service import NewPartner
 from kuitti.webhooks.events import NotificationType, enqueue
-from kuitti.webhooks.worker import deliver_due, make_client
+from kuitti.webhooks.worker import deliver_due, make_client, run_worker
 from tests.factories import make_partner
 
 
@@ -91,3 +95,56 @@ def delivery(services: Services, delivery_id: uuid.UUID) -> WebhookDelivery:
         assert row is not None
         session.expunge(row)
         return row
+
+
+class WorkerThread:
+    """``run_worker`` in its own thread and event loop, as ``kuitti worker`` runs it."""
+
+    def __init__(
+        self, services: Services, *, mail: bool = False, poll_seconds: float = 0.05
+    ) -> None:
+        self.services = services
+        self.mail = mail
+        self.poll_seconds = poll_seconds
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            self._ready.set()
+            await run_worker(
+                self.services, self._stop, mail=self.mail, poll_seconds=self.poll_seconds
+            )
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            self.error = exc
+            self._ready.set()
+
+    def __enter__(self) -> WorkerThread:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=30)
+        assert not self._thread.is_alive(), "the worker did not stop"
+        assert self.error is None, f"the worker crashed: {self.error!r}"
+
+
+def wait_until(condition: Callable[[], bool], timeout_seconds: float = 10.0) -> None:
+    """Wait for a condition another thread makes true (checked every 20 ms)."""
+    deadline = time.monotonic() + timeout_seconds
+    pause = threading.Event()
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        pause.wait(0.02)
