@@ -1,7 +1,47 @@
-"""``kuitti keys …`` (built by the OAuth work)."""
+"""``kuitti keys rotate`` and ``kuitti keys list``: the JWT signing keys."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
+from sqlalchemy import select
+
+from kuitti.models import SigningKey
 
 keys_app = typer.Typer(help="Token signing keys.", no_args_is_help=True)
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+@keys_app.command("rotate")
+def rotate(as_json: JsonFlag = False) -> None:
+    """Make a new signing key. New tokens are signed with it; older keys stay in the JWKS and
+    keep verifying the tokens they signed."""
+    from kuitti.cli import emit, open_services
+    from kuitti.oauth import keys
+    from kuitti.security import SecretBox
+
+    services = open_services()
+    box = SecretBox(services.settings.resolved_secret_key)
+    with services.db.session() as session:
+        row = keys.create_key(session, box, now=services.clock.now())
+        total = len(list(session.scalars(select(SigningKey.kid))))
+        data = {"kid": row.kid, "algorithm": row.algorithm, "keys": total}
+    emit(data, as_json, f"new signing key {row.kid} ({row.algorithm}); {total} keys verify")
+
+
+@keys_app.command("list")
+def list_keys(as_json: JsonFlag = False) -> None:
+    """List the signing keys, newest (the one that signs) first."""
+    from kuitti.cli import emit, open_services
+
+    services = open_services()
+    with services.db.session(write=False) as session:
+        rows = [
+            {"kid": r.kid, "algorithm": r.algorithm, "created_at": r.created_at.isoformat()}
+            for r in session.scalars(
+                select(SigningKey).order_by(SigningKey.created_at.desc(), SigningKey.kid)
+            )
+        ]
+    human = "\n".join(f"{r['kid']}  {r['algorithm']}  {r['created_at']}" for r in rows)
+    emit({"keys": rows}, as_json, human or "no keys yet (one is made on first use)")

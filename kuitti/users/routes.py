@@ -3,14 +3,19 @@ reset, and the account page (``account``)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated
 
+import orjson
 from fastapi import APIRouter, Form, Request
 from starlette.responses import Response
 
-from kuitti.deps import ServicesDep, WriteSession
+from kuitti.clock import as_utc
+from kuitti.delivery.links import private_link
+from kuitti.deps import ReadSession, ServicesDep, WriteSession
+from kuitti.models import Connection, User
 from kuitti.users import service as users
-from kuitti.users.sessions import CurrentUser, RequireUser, redirect
+from kuitti.users.sessions import SESSION_COOKIE, CurrentUser, RequireUser, redirect
 from kuitti.users.sessions import router as sessions_router
 from kuitti.web import check_csrf, render
 
@@ -143,3 +148,104 @@ def _dead_reset_link(request: Request) -> Response:
         link=("/password-reset", "Reset the password"),
         status_code=400,
     )
+
+
+# --- the account page -----------------------------------------------------------------------
+
+
+@router.get("/account")
+def account_page(
+    request: Request, services: ServicesDep, session: ReadSession, user: RequireUser
+) -> Response:
+    settings = services.settings
+    receipts = [
+        {
+            "merchant_name": r.merchant_name,
+            "receipt_time": as_utc(r.receipt_time),
+            "total": format_money(r.total, r.currency),
+            "link": private_link(settings, r.id),
+        }
+        for r in users.user_receipts(session, user.id)
+    ]
+    return render(
+        request,
+        "users/account.html",
+        {
+            "user": user,
+            "connections": users.user_connections(session, user.id),
+            "receipts": receipts,
+            "error": None,
+        },
+    )
+
+
+def format_money(total: int, currency: str) -> str:
+    sign = "-" if total < 0 else ""
+    units, cents = divmod(abs(total), 100)
+    return f"{sign}{units},{cents:02d} {currency}"
+
+
+@router.post("/account/connections/{service_id}/remove")
+def remove_connection(
+    request: Request,
+    service_id: str,
+    services: ServicesDep,
+    session: WriteSession,
+    user: RequireUser,
+    csrf_token: Annotated[str | None, Form()] = None,
+) -> Response:
+    check_csrf(request, csrf_token)
+    try:
+        connection = session.get(Connection, uuid.UUID(service_id))
+    except ValueError:
+        connection = None
+    # Someone else's connection looks exactly like one that does not exist.
+    if connection is not None and connection.user_id == user.id:
+        users.revoke_connection(session, connection, now=services.clock.now())
+    return redirect(request, "/account")
+
+
+@router.get("/account/export")
+def export(services: ServicesDep, session: ReadSession, user: RequireUser) -> Response:
+    data = users.export_data(session, user)
+    stamp = services.clock.now().strftime("%Y%m%d")
+    return Response(
+        orjson.dumps(data, option=orjson.OPT_INDENT_2),
+        media_type="application/json",
+        headers={
+            "Content-Disposition": f'attachment; filename="kuitti-export-{stamp}.json"',
+            "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+@router.post("/account/delete")
+def delete_account(
+    request: Request,
+    services: ServicesDep,
+    session: WriteSession,
+    user: RequireUser,
+    password: Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)] = "",
+    csrf_token: Annotated[str | None, Form()] = None,
+) -> Response:
+    check_csrf(request, csrf_token)
+    fresh = session.get(User, user.id)
+    assert fresh is not None
+    if not users.password_matches(fresh.password_hash, password):
+        return message_page(
+            request,
+            "The account was not deleted",
+            "The password was wrong. Nothing was changed.",
+            link=("/account", "Back to your account"),
+            status_code=400,
+        )
+    users.delete_account(session, fresh, now=services.clock.now())
+    response = message_page(
+        request,
+        "Your account is deleted",
+        "Your connections were removed and the applications were told. Your e-mail address "
+        "and password are gone from kuitti.",
+    )
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="lax")
+    return response

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
+import orjson
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from email_validator import EmailNotValidError, validate_email
@@ -17,7 +20,17 @@ from kuitti import security
 from kuitti.clock import as_utc
 from kuitti.config import Settings
 from kuitti.delivery.mail import enqueue_mail
-from kuitti.models import Connection, LoginThrottle, User, UserSession, UserToken
+from kuitti.models import (
+    Card,
+    Connection,
+    LoginThrottle,
+    Partner,
+    Receipt,
+    ReceiptDelivery,
+    User,
+    UserSession,
+    UserToken,
+)
 from kuitti.webhooks.events import NotificationType, notify_connection
 
 MIN_PASSWORD_LENGTH = 8
@@ -320,3 +333,100 @@ def revoke_connection(session: Session, connection: Connection, *, now: datetime
     connection.revoked_at = now
     connection.updated_at = now
     notify_connection(session, connection, NotificationType.OAUTH_REVOKE, now=now)
+
+
+@dataclass(frozen=True)
+class ConnectionView:
+    connection: Connection
+    partner_name: str
+
+
+def user_connections(session: Session, user_id: uuid.UUID) -> list[ConnectionView]:
+    rows = session.execute(
+        select(Connection, Partner.name)
+        .join(Partner, Partner.id == Connection.partner_id)
+        .where(Connection.user_id == user_id, Connection.revoked_at.is_(None))
+        .order_by(Connection.created_at)
+    )
+    return [ConnectionView(connection, name) for connection, name in rows.tuples()]
+
+
+def user_receipts(session: Session, user_id: uuid.UUID, *, limit: int = 200) -> list[Receipt]:
+    """The receipts delivered to the user, newest first."""
+    return list(
+        session.scalars(
+            select(Receipt)
+            .join(ReceiptDelivery, ReceiptDelivery.receipt_id == Receipt.id)
+            .where(ReceiptDelivery.user_id == user_id)
+            .order_by(ReceiptDelivery.receipt_time.desc(), Receipt.id.desc())
+            .limit(limit)
+        )
+    )
+
+
+def export_data(session: Session, user: User) -> dict[str, Any]:
+    """Everything kuitti keeps about the user, as one JSON object (GDPR access/portability)."""
+    connections = session.execute(
+        select(Connection, Partner.name)
+        .join(Partner, Partner.id == Connection.partner_id)
+        .where(Connection.user_id == user.id)
+        .order_by(Connection.created_at)
+    ).tuples()
+    deliveries = session.execute(
+        select(ReceiptDelivery, Receipt)
+        .join(Receipt, Receipt.id == ReceiptDelivery.receipt_id)
+        .where(ReceiptDelivery.user_id == user.id)
+        .order_by(ReceiptDelivery.receipt_time.desc(), Receipt.id.desc())
+    ).tuples()
+    return {
+        "user": {
+            "user_id": str(user.id),
+            "email": user.email,
+            "email_verified_at": _iso(user.email_verified_at),
+            "created_at": _iso(user.created_at),
+        },
+        "connections": [
+            {
+                "service_id": str(c.id),
+                "partner": name,
+                "scope": c.scope,
+                "partner_metadata": c.partner_metadata,
+                "created_at": _iso(c.created_at),
+                "updated_at": _iso(c.updated_at),
+                "revoked_at": _iso(c.revoked_at),
+            }
+            for c, name in connections
+        ],
+        "receipts": [
+            {
+                "receipt_id": str(r.id),
+                "received_via": d.via,
+                "received_at": _iso(d.created_at),
+                "receipt": orjson.loads(r.document),
+            }
+            for d, r in deliveries
+        ],
+    }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return as_utc(moment).isoformat() if moment is not None else None
+
+
+def delete_account(session: Session, user: User, *, now: datetime) -> None:
+    """Delete the account: every connection is revoked (partners are told), the receipts are no
+    longer the user's, cards are detached, sessions and e-mail tokens end, and the address and
+    password are erased. The row stays, anonymous, because revoked connections refer to it."""
+    for connection in session.scalars(
+        select(Connection).where(Connection.user_id == user.id, Connection.revoked_at.is_(None))
+    ):
+        revoke_connection(session, connection, now=now)
+    session.execute(delete(ReceiptDelivery).where(ReceiptDelivery.user_id == user.id))
+    session.execute(update(Card).where(Card.user_id == user.id).values(user_id=None))
+    session.execute(delete(UserToken).where(UserToken.user_id == user.id))
+    end_all_sessions(session, user.id)
+    user.email = f"deleted-{user.id}@deleted.invalid"
+    user.password_hash = "!"  # matches no password  # noqa: S105
+    user.email_verified_at = None
+    user.deleted_at = now
+    session.flush()
