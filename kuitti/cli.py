@@ -10,6 +10,7 @@ import asyncio
 import os
 import signal
 import sys
+import weakref
 from typing import Annotated, Any, NoReturn
 
 import orjson
@@ -56,15 +57,19 @@ def settings_or_exit() -> Settings:
         fail("invalid settings:\n" + "\n".join(lines))
 
 
-def open_services(*, migrate_sqlite: bool = True) -> Services:
-    """Settings, database and clock for a command; an embedded SQLite is migrated on the spot."""
+def open_services() -> Services:
+    """Settings, database and clock for one command; an embedded SQLite is migrated on the spot.
+    The database connections are closed when the command ends."""
     settings = settings_or_exit()
-    db = Database(settings.resolved_database_url, pool_size=settings.db_pool_size)
-    if db.is_sqlite and migrate_sqlite:
+    db = Database(settings.resolved_database_url, pool_size=2)
+    if db.is_sqlite:
         upgrade(db)
     elif not schema_is_current(db):
+        db.dispose()
         fail("the database schema is not current: run 'kuitti db upgrade'")
-    return Services(settings=settings, db=db, clock=SystemClock())
+    services = Services(settings=settings, db=db, clock=SystemClock())
+    weakref.finalize(services, db.dispose)
+    return services
 
 
 def emit(data: dict[str, Any], as_json: bool, human: str) -> None:
@@ -86,8 +91,7 @@ def serve(
     """Run the service (and, unless --no-worker, the delivery worker in-process)."""
     import uvicorn
 
-    services = open_services()
-    services.db.dispose()
+    open_services()  # validates settings and migrates an embedded database before forking
     os.environ["KUITTI_INTERNAL_RUN_WORKER"] = "0" if no_worker else "1"
     uvicorn.run(
         "kuitti.cli:server_app",
@@ -114,16 +118,14 @@ def worker() -> None:
     """Run the delivery worker alone (webhooks and e-mail)."""
     from kuitti.webhooks.worker import run_worker
 
-    services = open_services()
-
-    async def main() -> None:
+    async def main(services: Services) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await run_worker(services, stop)
 
-    asyncio.run(main())
+    asyncio.run(main(open_services()))
 
 
 @db_app.command("upgrade")
@@ -131,7 +133,10 @@ def db_upgrade() -> None:
     """Apply migrations to KUITTI_DATABASE_URL."""
     settings = settings_or_exit()
     db = Database(settings.resolved_database_url, pool_size=1)
-    upgrade(db)
+    try:
+        upgrade(db)
+    finally:
+        db.dispose()
     typer.echo("database is at the newest revision")
 
 
@@ -153,10 +158,10 @@ def partner_create(
     as_json: JsonFlag = False,
 ) -> None:
     """Create a partner; its secrets are printed once."""
-    services = open_services()
-    box = SecretBox(services.settings.resolved_secret_key)
     try:
+        services = open_services()
         with services.db.session() as session:
+            box = SecretBox(services.settings.resolved_secret_key)
             created = partners.create_partner(
                 session,
                 box,
@@ -198,8 +203,8 @@ def user_create(
     """Create a verified service user."""
     from kuitti.users import service as users
 
-    services = open_services()
     try:
+        services = open_services()
         with services.db.session() as session:
             user = users.create_user(
                 session, email, password, now=services.clock.now(), verified=True
@@ -215,9 +220,8 @@ def demo() -> None:
     """Fill an empty database with a realistic example and print how to try it."""
     from kuitti.demo import fill_demo
 
-    services = open_services()
     try:
-        typer.echo(fill_demo(services))
+        typer.echo(fill_demo(open_services()))
     except ValueError as exc:
         fail(str(exc))
 

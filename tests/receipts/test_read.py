@@ -1,0 +1,191 @@
+"""Endpoint 3 with the partner key, and the list endpoint with cursor pagination."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from kuitti.deps import Services
+from kuitti.models import PartnerRole
+from tests.factories import auth, make_partner, receipt_doc
+
+LIST = "/api/v1/receipts/"
+
+
+def create(client: httpx.Client, key: str, **changes: Any) -> str:
+    response = client.post(LIST, json=receipt_doc(**changes), headers=auth(key))
+    assert response.status_code == 200, response.text
+    receipt_id: str = response.json()["receipt_id"]
+    return receipt_id
+
+
+class TestGetReceipt:
+    def test_poster_reads_service_json(self, client: httpx.Client, services: Services) -> None:
+        merchant = make_partner(services)
+        doc = receipt_doc(unknownKey="kept")
+        receipt_id = client.post(LIST, json=doc, headers=auth(merchant.api_key)).json()[
+            "receipt_id"
+        ]
+        for header in (merchant.api_key, f"Token {merchant.api_key}"):
+            response = client.get(
+                f"/api/v1/receipts/{receipt_id}/service_json/", headers={"Authorization": header}
+            )
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("application/json")
+            assert response.json() == doc
+
+    def test_without_trailing_slash(self, client: httpx.Client, services: Services) -> None:
+        merchant = make_partner(services)
+        receipt_id = create(client, merchant.api_key)
+        response = client.get(
+            f"/api/v1/receipts/{receipt_id}/service_json", headers=auth(merchant.api_key)
+        )
+        assert response.status_code == 200
+
+    def test_other_partner_gets_404_like_a_missing_receipt(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        merchant = make_partner(services)
+        other = make_partner(services, name="Other")
+        receipt_id = create(client, merchant.api_key)
+        foreign = client.get(
+            f"/api/v1/receipts/{receipt_id}/service_json/", headers=auth(other.api_key)
+        )
+        missing = client.get(
+            f"/api/v1/receipts/{uuid.uuid4()}/service_json/", headers=auth(other.api_key)
+        )
+        assert foreign.status_code == missing.status_code == 404
+        assert foreign.json() == missing.json()
+        assert foreign.json()["error"] == "not_found"
+
+    @pytest.mark.parametrize("receipt_id", ["not-a-uuid", "1", "%00"])
+    def test_malformed_id_is_404(
+        self, client: httpx.Client, services: Services, receipt_id: str
+    ) -> None:
+        merchant = make_partner(services)
+        response = client.get(
+            f"/api/v1/receipts/{receipt_id}/service_json/", headers=auth(merchant.api_key)
+        )
+        assert response.status_code == 404
+
+    def test_unknown_format_is_400(self, client: httpx.Client, services: Services) -> None:
+        merchant = make_partner(services)
+        receipt_id = create(client, merchant.api_key)
+        response = client.get(
+            f"/api/v1/receipts/{receipt_id}/word_doc/", headers=auth(merchant.api_key)
+        )
+        assert response.status_code == 400
+        assert response.json()["error"] == "invalid_value"
+        assert "service_json" in response.json()["decription"]
+
+    def test_no_key_is_401(self, client: httpx.Client, services: Services) -> None:
+        merchant = make_partner(services)
+        receipt_id = create(client, merchant.api_key)
+        response = client.get(f"/api/v1/receipts/{receipt_id}/service_json/")
+        assert response.status_code == 401
+
+    def test_bearer_without_service_apikey_is_401(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        merchant = make_partner(services)
+        receipt_id = create(client, merchant.api_key)
+        response = client.get(
+            f"/api/v1/receipts/{receipt_id}/service_json/",
+            headers={"Authorization": "Bearer a.b.c"},
+        )
+        assert response.status_code == 401
+
+
+class TestListReceipts:
+    def test_newest_first_with_fields(self, client: httpx.Client, services: Services) -> None:
+        merchant = make_partner(services)
+        old = create(client, merchant.api_key, receiptTimeStamp="2026-01-10T09:00:00+02:00")
+        new = create(client, merchant.api_key, receiptTimeStamp="2026-01-12T09:00:00+02:00")
+        body = client.get(LIST, headers=auth(merchant.api_key)).json()
+        assert [r["receipt_id"] for r in body["receipts"]] == [new, old]
+        first = body["receipts"][0]
+        assert first == {
+            "receipt_id": new,
+            "merchant_name": "Kauppa Oy",
+            "receipt_time": "2026-01-12T09:00:00+02:00",
+            "total": receipt_doc()["totalPriceIncVAT"],
+            "currency": "EUR",
+        }
+        assert body["next_cursor"] is None
+
+    def test_order_is_by_instant_not_by_text(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        merchant = make_partner(services)
+        # 10:00+02:00 is 08:00Z, later than 07:30Z written as 07:30+00:00.
+        later = create(client, merchant.api_key, receiptTimeStamp="2026-01-10T10:00:00+02:00")
+        earlier = create(client, merchant.api_key, receiptTimeStamp="2026-01-10T07:30:00+00:00")
+        body = client.get(LIST, headers=auth(merchant.api_key)).json()
+        assert [r["receipt_id"] for r in body["receipts"]] == [later, earlier]
+
+    def test_cursor_walks_every_receipt_once(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        merchant = make_partner(services)
+        stamps = [f"2026-01-{day:02d}T12:00:00+02:00" for day in range(1, 8)]
+        # Two receipts share a timestamp: ties are broken by receipt id.
+        created = {
+            create(client, merchant.api_key, receiptTimeStamp=s) for s in [*stamps, stamps[3]]
+        }
+        seen: list[str] = []
+        cursor = None
+        pages = 0
+        while True:
+            params: dict[str, Any] = {"limit": 3}
+            if cursor:
+                params["cursor"] = cursor
+            body = client.get(LIST, params=params, headers=auth(merchant.api_key)).json()
+            seen += [r["receipt_id"] for r in body["receipts"]]
+            pages += 1
+            cursor = body["next_cursor"]
+            if cursor is None:
+                break
+        assert pages == 3
+        assert len(seen) == len(set(seen)) == len(created)
+        assert set(seen) == created
+
+    def test_since_filters(self, client: httpx.Client, services: Services) -> None:
+        merchant = make_partner(services)
+        create(client, merchant.api_key, receiptTimeStamp="2026-01-10T09:00:00+02:00")
+        recent = create(client, merchant.api_key, receiptTimeStamp="2026-01-12T09:00:00+02:00")
+        body = client.get(
+            LIST, params={"since": "2026-01-11T00:00:00Z"}, headers=auth(merchant.api_key)
+        ).json()
+        assert [r["receipt_id"] for r in body["receipts"]] == [recent]
+
+    def test_only_own_receipts(self, client: httpx.Client, services: Services) -> None:
+        merchant = make_partner(services)
+        other = make_partner(services, name="Other")
+        create(client, merchant.api_key)
+        assert client.get(LIST, headers=auth(other.api_key)).json()["receipts"] == []
+
+    @pytest.mark.parametrize(
+        "params",
+        [{"limit": 0}, {"limit": 1000}, {"cursor": "garbage!"}, {"since": "yesterday"}],
+        ids=["limit-0", "limit-huge", "cursor", "since"],
+    )
+    def test_bad_parameters_are_400(
+        self, client: httpx.Client, services: Services, params: dict[str, Any]
+    ) -> None:
+        merchant = make_partner(services)
+        response = client.get(LIST, params=params, headers=auth(merchant.api_key))
+        assert response.status_code == 400
+        assert {"error", "decription"} <= set(
+            response.json() if isinstance(response.json(), dict) else response.json()[0]
+        )
+
+    def test_any_partner_role_may_list_its_own(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        issuer = make_partner(services, PartnerRole.CARD_ISSUER, name="Pankki")
+        response = client.get(LIST, headers=auth(issuer.api_key))
+        assert response.status_code == 200
+        assert response.json() == {"receipts": [], "next_cursor": None}

@@ -1,0 +1,180 @@
+"""The operator command line, run in-process through Typer's runner with real settings."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+from sqlalchemy import select
+from typer.testing import CliRunner
+
+from kuitti.cli import app
+from kuitti.deps import Services
+from kuitti.models import Partner, User
+from kuitti.security import SecretBox, hash_secret
+
+runner = CliRunner()
+
+
+def run(services: Services, *args: str, **env: str) -> Any:
+    environment = {
+        "KUITTI_DATABASE_URL": services.settings.database_url or "",
+        "KUITTI_SECRET_KEY": services.settings.resolved_secret_key,
+        "KUITTI_VAR_DIR": str(services.settings.var_dir),
+        "KUITTI_LOG_LEVEL": "WARNING",
+        **env,
+    }
+    return runner.invoke(app, list(args), env=environment)
+
+
+def run_json(services: Services, *args: str, **env: str) -> dict[str, Any]:
+    result = run(services, *args, "--json", **env)
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = orjson.loads(result.stdout)
+    return data
+
+
+class TestPartnerCreate:
+    def test_merchant_json_output(self, services: Services) -> None:
+        data = run_json(
+            services, "partner", "create", "--name", "Kauppa Oy", "--role", "merchant",
+            "--namespace", "kauppa", "--namespace", "kauppa-2",
+        )  # fmt: skip
+        assert set(data) == {
+            "partner_id", "name", "roles", "api_key", "client_id", "namespaces", "webhook_url",
+        }  # fmt: skip
+        assert data["roles"] == ["merchant"]
+        assert data["namespaces"] == ["kauppa", "kauppa-2"]
+        assert data["client_id"] is None
+        with services.db.session(write=False) as session:
+            partner = session.get(Partner, uuid.UUID(data["partner_id"]))
+            assert partner is not None
+            # Only the digest is stored, never the key itself.
+            assert partner.api_key_hash == hash_secret(data["api_key"])
+            assert (
+                data["api_key"]
+                not in orjson.dumps(
+                    {c.name: str(getattr(partner, c.name)) for c in Partner.__table__.columns}
+                ).decode()
+            )
+
+    def test_app_with_webhook_gets_every_secret(self, services: Services) -> None:
+        data = run_json(
+            services, "partner", "create", "--name", "Expense App", "--role", "app",
+            "--role", "merchant", "--redirect-uri", "https://app.example/cb",
+            "--webhook-url", "https://app.example/hooks",
+        )  # fmt: skip
+        assert data["roles"] == ["app", "merchant"]
+        assert data["client_id"].startswith("kc_")
+        assert data["client_secret"].startswith("kcs_")
+        assert data["webhook_key"].startswith("whsec_")
+        assert data["webhook_url"] == "https://app.example/hooks"
+        with services.db.session(write=False) as session:
+            partner = session.get(Partner, uuid.UUID(data["partner_id"]))
+            assert partner is not None
+            assert partner.client_secret_hash == hash_secret(data["client_secret"])
+            assert partner.webhook_key_sealed != data["webhook_key"]
+            box = SecretBox(services.settings.resolved_secret_key)
+            assert partner.webhook_key_sealed is not None
+            assert box.open(partner.webhook_key_sealed) == data["webhook_key"]
+
+    def test_public_client_has_no_secret(self, services: Services) -> None:
+        data = run_json(
+            services, "partner", "create", "--name", "Mobile", "--role", "app", "--public-client",
+            "--redirect-uri", "http://localhost:8765/cb",
+        )  # fmt: skip
+        assert "client_secret" not in data
+        assert data["client_id"]
+
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (["--namespace", "Bad Space"], "namespace"),
+            (["--webhook-url", "http://hooks.example/x"], "https"),
+            (["--redirect-uri", "http://evil.example/cb"], "localhost"),
+            (["--iban", "FI2112345600000786"], "check digits"),
+        ],
+    )
+    def test_invalid_options_fail_clearly(
+        self, services: Services, args: list[str], message: str
+    ) -> None:
+        result = run(
+            services, "partner", "create", "--name", "X", "--role", "merchant", *args,
+            KUITTI_WEBHOOK_ALLOW_INSECURE="false",
+        )  # fmt: skip
+        assert result.exit_code == 2
+        assert message in result.output
+        with services.db.session(write=False) as session:
+            assert session.scalars(select(Partner)).first() is None
+
+    def test_unknown_role_is_refused(self, services: Services) -> None:
+        result = run(services, "partner", "create", "--name", "X", "--role", "wizard")
+        assert result.exit_code != 0
+
+    def test_namespace_taken(self, services: Services) -> None:
+        run_json(
+            services, "partner", "create", "--name", "A", "--role", "merchant", "--namespace", "ns"
+        )
+        result = run(
+            services, "partner", "create", "--name", "B", "--role", "merchant", "--namespace", "ns"
+        )
+        assert result.exit_code == 2
+        assert "belongs to another partner" in result.output
+
+
+def test_partner_list_shows_no_secrets(services: Services) -> None:
+    created = run_json(
+        services, "partner", "create", "--name", "Kauppa", "--role", "merchant", "--role", "app",
+        "--webhook-url", "https://x.example/h", "--redirect-uri", "https://x.example/cb",
+    )  # fmt: skip
+    listed = run_json(services, "partner", "list")
+    assert [p["partner_id"] for p in listed["partners"]] == [created["partner_id"]]
+    text = orjson.dumps(listed).decode()
+    for secret in ("api_key", "client_secret", "webhook_key"):
+        assert created[secret] not in text
+
+
+def test_user_create(services: Services) -> None:
+    data = run_json(
+        services, "user", "create", "--email", "Maija@Example.com", "--password", "s3cret-pass"
+    )
+    assert data["email"] == "maija@example.com"
+    with services.db.session(write=False) as session:
+        user = session.get(User, uuid.UUID(data["user_id"]))
+        assert user is not None
+        assert user.email_verified_at is not None
+        assert user.password_hash.startswith("$argon2id$")
+    again = run(
+        services, "user", "create", "--email", "maija@example.com", "--password", "another-1"
+    )
+    assert again.exit_code == 2
+    assert "already exists" in again.output
+
+
+def test_user_create_refuses_short_password(services: Services) -> None:
+    result = run(services, "user", "create", "--email", "a@example.com", "--password", "short")
+    assert result.exit_code == 2
+
+
+def test_demo_fills_only_an_empty_database(services: Services) -> None:
+    result = run(services, "demo")
+    assert result.exit_code == 0, result.output
+    assert "API key: kt_" in result.output
+    assert "/ns/demokauppa/r/demo-1" in result.output
+    again = run(services, "demo")
+    assert again.exit_code == 2
+    assert "not empty" in again.output
+
+
+def test_db_upgrade_is_idempotent(services: Services) -> None:
+    result = run(services, "db", "upgrade")
+    assert result.exit_code == 0, result.output
+    assert "newest revision" in result.output
+
+
+def test_invalid_settings_name_the_variable(services: Services) -> None:
+    result = run(services, "partner", "list", KUITTI_MAX_BODY_BYTES="lots")
+    assert result.exit_code == 2
+    assert "KUITTI_MAX_BODY_BYTES" in result.output

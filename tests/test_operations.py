@@ -1,0 +1,107 @@
+"""Health, readiness, metrics, request ids, OpenAPI, and the ASGI app driven in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import httpx
+import orjson
+
+from kuitti.app import create_app
+from kuitti.clock import FrozenClock
+from kuitti.db import Database
+from kuitti.deps import Services
+from tests.conftest import make_settings
+from tests.factories import auth, make_partner, receipt_doc
+
+
+def test_health_and_readiness(client: httpx.Client) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"status": "ready"}
+
+
+def test_not_ready_on_an_unmigrated_database(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    settings = make_settings(url, tmp_path, "http://127.0.0.1:1")
+    app = create_app(settings, db=Database(url), clock=FrozenClock())
+
+    async def ask() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://kuitti") as http:
+            return await http.get("/readyz")
+
+    response = anyio.run(ask)
+    assert response.status_code == 503
+    assert "kuitti db upgrade" in response.json()["reason"]
+
+
+def test_asgi_app_in_process(services: Services) -> None:
+    """The same app, driven through httpx's ASGI transport rather than a socket."""
+    merchant = make_partner(services)
+    app = create_app(services.settings, db=services.db, clock=services.clock)
+
+    async def roundtrip() -> tuple[int, int]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://kuitti") as http:
+            created = await http.post(
+                "/api/v1/receipts/", json=receipt_doc(), headers=auth(merchant.api_key)
+            )
+            receipt_id = created.json()["receipt_id"]
+            read = await http.get(
+                f"/api/v1/receipts/{receipt_id}/service_json/", headers=auth(merchant.api_key)
+            )
+            return created.status_code, read.status_code
+
+    assert anyio.run(roundtrip) == (200, 200)
+
+
+def test_request_id_is_echoed_or_made(client: httpx.Client) -> None:
+    given = client.get("/healthz", headers={"X-Request-ID": "pos-7.abc_123"})
+    assert given.headers["x-request-id"] == "pos-7.abc_123"
+    made = client.get("/healthz", headers={"X-Request-ID": "bad id\twith spaces"})
+    assert made.headers["x-request-id"] != "bad id\twith spaces"
+    assert len(made.headers["x-request-id"]) == 32
+
+
+def test_metrics_count_requests(client: httpx.Client) -> None:
+    client.get("/healthz")
+    text = client.get("/metrics").text
+    assert 'kuitti_http_requests_total{method="GET",route="/healthz",status="200"}' in text
+
+
+def test_unknown_path_is_json_404(client: httpx.Client) -> None:
+    response = client.get("/api/v1/nothing-here")
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
+
+
+def test_wrong_method_is_json_405(client: httpx.Client) -> None:
+    response = client.put("/api/v1/receipts/")
+    assert response.status_code == 405
+    assert response.json()["error"] == "method_not_allowed"
+
+
+def test_openapi_describes_the_receipt_document(client: httpx.Client) -> None:
+    spec = client.get("/openapi.json").json()
+    assert "/api/v1/receipts/" in spec["paths"]
+    assert "/api/v1/receipts/{receipt_id}/{data_format}/" in spec["paths"]
+    schemas = spec["components"]["schemas"]
+    receipt = schemas["Receipt"]
+    assert set(receipt["required"]) >= {
+        "merchant", "products", "vats", "receiptNumber", "receiptTimeStamp",
+        "currencyISOCode", "totalVATAmount", "totalPriceExcVAT", "totalPriceIncVAT",
+    }  # fmt: skip
+    assert receipt["properties"]["receiptNumber"]["description"]
+    assert "Unique branch identifier" in schemas["Branch"]["properties"]["id"]["description"]
+    assert {"CardAttributes", "Journey", "Attachment", "Verification"} <= set(schemas)
+    body = spec["paths"]["/api/v1/receipts/"]["post"]["requestBody"]
+    refs = orjson.dumps(body).decode()
+    assert "#/components/schemas/Receipt" in refs
+    assert "#/components/schemas/TokenReceiptRequest" in refs
+
+
+def test_interactive_docs(client: httpx.Client) -> None:
+    response = client.get("/docs")
+    assert response.status_code == 200
+    assert "swagger" in response.text.lower()

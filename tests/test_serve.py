@@ -1,0 +1,107 @@
+"""`kuitti serve` as an operator runs it: a real process, real sockets, the console script."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from kuitti.deps import Services
+from tests.conftest import BACKEND, free_port
+from tests.factories import auth, receipt_doc
+
+KUITTI = shutil.which("kuitti", path=str(Path(sys.executable).parent)) or "kuitti"
+START_TIMEOUT_SECONDS = 30
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        assert process.poll() is None, log.read_text()
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)  # polling a starting process, not timing a result
+    raise AssertionError(f"kuitti serve did not become ready:\n{log.read_text()}")
+
+
+def start(args: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    log = cwd / "serve.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen([KUITTI, "serve", *args], env=env, cwd=cwd, stderr=sink)
+    return process, log
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    # uvicorn shuts down gracefully, then re-raises the signal: -15 is a clean exit.
+    assert process.wait(timeout=20) in {0, -15}
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> tuple[str, dict[str, str], list[str]]:
+    """Yields (base URL, environment, extra serve args); the test starts the process."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "KUITTI_PUBLIC_URL": f"http://127.0.0.1:{port}",
+        "KUITTI_LOG_LEVEL": "WARNING",
+    }
+    env.pop("KUITTI_DATABASE_URL", None)
+    return f"http://127.0.0.1:{port}", env, ["--port", str(port)]
+
+
+def create_merchant(env: dict[str, str], cwd: Path) -> str:
+    out = subprocess.run(
+        [KUITTI, "partner", "create", "--name", "Kauppa", "--role", "merchant", "--json"],
+        env=env, cwd=cwd, capture_output=True, check=True,
+    )  # fmt: skip
+    api_key: str = orjson.loads(out.stdout)["api_key"]
+    return api_key
+
+
+def roundtrip(url: str, api_key: str) -> None:
+    created = httpx.post(f"{url}/api/v1/receipts/", json=receipt_doc(), headers=auth(api_key))
+    assert created.status_code == 200, created.text
+    receipt_id = created.json()["receipt_id"]
+    read = httpx.get(f"{url}/api/v1/receipts/{receipt_id}/service_json/", headers=auth(api_key))
+    assert read.json() == receipt_doc()
+
+
+def test_embedded_default_on_sqlite(
+    serve: tuple[str, dict[str, str], list[str]], tmp_path: Path
+) -> None:
+    url, env, args = serve
+    process, log = start(args, env, tmp_path)
+    try:
+        wait_ready(url, process, log)
+        assert (tmp_path / "var" / "kuitti.db").exists()
+        roundtrip(url, create_merchant(env, tmp_path))
+    finally:
+        stop(process)
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="scale-out runs on PostgreSQL")
+def test_several_processes_on_postgresql(
+    serve: tuple[str, dict[str, str], list[str]], tmp_path: Path, services: Services
+) -> None:
+    url, env, args = serve
+    env["KUITTI_DATABASE_URL"] = services.settings.database_url or ""
+    env["KUITTI_SECRET_KEY"] = "shared-by-every-instance"
+    process, log = start([*args, "--workers", "2", "--no-worker"], env, tmp_path)
+    try:
+        wait_ready(url, process, log)
+        api_key = create_merchant(env, tmp_path)
+        for _ in range(10):  # spread over both processes
+            roundtrip(url, api_key)
+    finally:
+        stop(process)
