@@ -49,7 +49,7 @@ def mutated_bodies(draw: st.DrawFn) -> Any:
             {"type": "RECEIPT_ID", "namespace": "kauppa", "value": draw(st.text(max_size=8))},
             {"type": "EMAIL", "value": "maija@example.com"},
         )
-    body = copy.deepcopy(base)
+    body: Any = copy.deepcopy(base)
     for _ in range(draw(st.integers(1, 3))):
         targets = paths(body)
         path = draw(st.sampled_from(targets))
