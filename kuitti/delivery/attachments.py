@@ -1,20 +1,45 @@
-"""Files attached to an outgoing e-mail: the receipt's PDF (the ``service_pdf`` rendering),
-built at send time so the request that queued the mail stays fast."""
+"""Files attached to an outgoing e-mail: the receipt's PDF (``receipt-<number>.pdf``).
+
+The PDF is rendered when the message is sent (not in the request that queued it), through the
+same cached renderer as Endpoint 3, so a receipt e-mailed and then fetched is rendered once. Its
+language follows the merchant's country (Finnish for Finland, Swedish for Sweden, otherwise
+English), since an e-mail has no ``Accept-Language``.
+"""
 
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
 from kuitti.deps import Services
+from kuitti.i18n import Language
 from kuitti.models import MailMessage, Partner, Receipt
 from kuitti.receipts.formats import DataFormat, render
+from kuitti.receipts.view import parse_document
+
+_COUNTRY_LANGUAGE = {
+    "fi": Language.FI,
+    "fin": Language.FI,
+    "finland": Language.FI,
+    "suomi": Language.FI,
+    "se": Language.SV,
+    "swe": Language.SV,
+    "sweden": Language.SV,
+    "sverige": Language.SV,
+    "ruotsi": Language.SV,
+    "ax": Language.SV,  # Åland is Swedish-speaking
+    "ala": Language.SV,
+    "åland": Language.SV,
+}
 
 
-def receipt_pdf_filename(receipt: Receipt) -> str:
-    """``receipt-<merchant>-<date>.pdf`` in safe ASCII."""
-    safe = "".join(c if c.isascii() and c.isalnum() else "-" for c in receipt.merchant_name)
-    merchant = "-".join(part for part in safe.split("-") if part)[:40] or "receipt"
-    return f"receipt-{merchant}-{receipt.receipt_time.date().isoformat()}.pdf"
+def language_for_country(country: str | None) -> Language:
+    return _COUNTRY_LANGUAGE.get((country or "").strip().casefold(), Language.EN)
+
+
+def receipt_language(receipt: Receipt) -> Language:
+    """The language a receipt's PDF is e-mailed in: from the merchant's country."""
+    branch = parse_document(receipt.document).merchant.branch
+    return language_for_country(branch.address.country if branch else None)
 
 
 def attachments_for(
@@ -28,5 +53,7 @@ def attachments_for(
         return []
     poster = session.get(Partner, receipt.partner_id)
     assert poster is not None
-    pdf = render(receipt, poster, DataFormat.SERVICE_PDF)
-    return [(receipt_pdf_filename(receipt), pdf.content)]
+    rendered = render(
+        receipt, poster, DataFormat.SERVICE_PDF, locale=receipt_language(receipt).value
+    )
+    return [(rendered.filename, rendered.content)]

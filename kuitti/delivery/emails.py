@@ -2,8 +2,8 @@
 receipt's PDF attached at send time (``MailMessage.receipt_pdf_id``).
 
 The language follows the merchant's country (Finnish for FI, Swedish for SE and AX, otherwise
-English): an e-mail has no ``Accept-Language`` to go by, and the link page itself lets the reader
-switch.
+English; ``attachments.language_for_country``): an e-mail has no ``Accept-Language`` to go by,
+and the link page itself lets the reader switch.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from sqlalchemy.orm import Session
 
 from kuitti.config import Settings
+from kuitti.delivery.attachments import language_for_country
 from kuitti.delivery.mail import enqueue_mail
 from kuitti.models import MailMessage, Receipt
 from kuitti.receipts.schema import Receipt as ReceiptDocument
@@ -82,13 +83,9 @@ class MailRow:
 
 
 def mail_locale(document: ReceiptDocument) -> str:
+    """The e-mail's language; the attached PDF is rendered in the same one."""
     branch = document.merchant.branch
-    country = branch.address.country.strip().upper() if branch else ""
-    if country in {"FI", "FIN", "FINLAND", "SUOMI"}:
-        return "fi"
-    if country in {"SE", "SWE", "SWEDEN", "SVERIGE", "AX", "ALA"}:
-        return "sv"
-    return "en"
+    return language_for_country(branch.address.country if branch else None).value
 
 
 def enqueue_receipt_email(

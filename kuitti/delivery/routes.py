@@ -17,7 +17,6 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.responses import Response
 
 from kuitti.delivery import links, qr
-from kuitti.delivery.attachments import receipt_pdf_filename
 from kuitti.delivery.linkpage import LinkPage, page_context, page_language
 from kuitti.delivery.ratelimit import RateLimiter
 from kuitti.delivery.service import deliver_to_user
@@ -137,7 +136,7 @@ def _show(
     if receipt is None:
         return _not_found(request, lang)
     if target.pdf:
-        return _pdf(request, receipt)
+        return _pdf(request, receipt, page_language(request, lang))
     services = get_services(request)
     with services.db.session(write=False) as session:
         context = page_context(
@@ -152,18 +151,18 @@ def _show(
     return render_page(request, "receipts/link.html", context, headers=LINK_HEADERS)
 
 
-def _pdf(request: Request, receipt: Receipt) -> Response:
+def _pdf(request: Request, receipt: Receipt, language: str) -> Response:
     services = get_services(request)
     with services.db.session(write=False) as session:
         poster = session.get(Partner, receipt.partner_id)
         assert poster is not None
-        rendered = render(receipt, poster, DataFormat.SERVICE_PDF)
+        rendered = render(receipt, poster, DataFormat.SERVICE_PDF, locale=language)
     return Response(
         rendered.content,
         media_type=rendered.media_type,
         headers={
             **LINK_HEADERS,
-            "Content-Disposition": f'attachment; filename="{receipt_pdf_filename(receipt)}"',
+            "Content-Disposition": f'attachment; filename="{rendered.filename}"',
             "Cache-Control": "no-store",
             "X-Content-Type-Options": "nosniff",
         },
