@@ -348,7 +348,7 @@ def user_connections(session: Session, user_id: uuid.UUID) -> list[ConnectionVie
         .where(Connection.user_id == user_id, Connection.revoked_at.is_(None))
         .order_by(Connection.created_at)
     )
-    return [ConnectionView(connection, name) for connection, name in rows.tuples()]
+    return [ConnectionView(connection, name) for connection, name in rows]
 
 
 def user_receipts(session: Session, user_id: uuid.UUID, *, limit: int = 200) -> list[Receipt]:
@@ -371,13 +371,13 @@ def export_data(session: Session, user: User) -> dict[str, Any]:
         .join(Partner, Partner.id == Connection.partner_id)
         .where(Connection.user_id == user.id)
         .order_by(Connection.created_at)
-    ).tuples()
+    )
     deliveries = session.execute(
         select(ReceiptDelivery, Receipt)
         .join(Receipt, Receipt.id == ReceiptDelivery.receipt_id)
         .where(ReceiptDelivery.user_id == user.id)
         .order_by(ReceiptDelivery.receipt_time.desc(), Receipt.id.desc())
-    ).tuples()
+    )
     return {
         "user": {
             "user_id": str(user.id),

@@ -1,0 +1,198 @@
+"""The account page: connections, receipts, export, deletion; password reset by e-mail."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import httpx
+from sqlalchemy import func, select
+
+from kuitti.delivery.mail import send_due_mail
+from kuitti.delivery.service import deliver_to_user
+from kuitti.deps import Services
+from kuitti.models import Connection, PartnerRole, Receipt, User, UserSession, WebhookDelivery
+from tests.factories import auth, make_partner, make_user, receipt_doc
+from tests.oauth.flow import connect, csrf_of, log_in, make_app
+from tests.users.conftest import Inbox
+
+
+def delivered_receipt(client: httpx.Client, services: Services, user_id: uuid.UUID) -> str:
+    merchant = make_partner(services, PartnerRole.MERCHANT, name="Lähikauppa")
+    answer = client.post("/api/v1/receipts/", json=receipt_doc(), headers=auth(merchant.api_key))
+    assert answer.status_code == 200, answer.text
+    receipt_id: str = answer.json()["receipt_id"]
+    with services.db.session() as session:
+        receipt = session.get(Receipt, uuid.UUID(receipt_id))
+        assert receipt is not None
+        deliver_to_user(session, receipt, user_id, via="test", now=services.clock.now())
+    return receipt_id
+
+
+def revoke_events(services: Services) -> int:
+    with services.db.session(write=False) as session:
+        return (
+            session.scalar(
+                select(func.count())
+                .select_from(WebhookDelivery)
+                .where(WebhookDelivery.notification_type == "oauth_authorization_revoke")
+            )
+            or 0
+        )
+
+
+class TestAccountPage:
+    def test_needs_login(self, client: httpx.Client, services: Services) -> None:
+        answer = client.get("/account")
+        assert answer.status_code == 303
+        assert answer.headers["location"] == "/login?next=%2Faccount"
+
+    def test_lists_connections_and_receipts(self, client: httpx.Client, services: Services) -> None:
+        app = make_app(services, name="Pankki <b>App</b>")
+        user = make_user(services, "maija@example.com")
+        connect(client, app, "maija@example.com")
+        delivered_receipt(client, services, user.id)
+        page = client.get("/account")
+        assert page.status_code == 200
+        assert "Pankki &lt;b&gt;App&lt;/b&gt;" in page.text
+        assert "Lähikauppa" in page.text or "Kauppa Oy" in page.text
+        assert "14,98 EUR" in page.text or "8,49 EUR" in page.text
+        assert re.search(r'href="http://127\.0\.0\.1:\d+/r/[^"]+"', page.text)
+        assert page.headers["x-frame-options"] == "DENY"
+
+    def test_removing_a_connection_notifies_the_partner(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        app = make_app(services, webhook_url="http://127.0.0.1:9/hook")
+        make_user(services, "maija@example.com")
+        token = connect(client, app, "maija@example.com")
+        with services.db.session(write=False) as session:
+            connection = session.scalar(select(Connection))
+            assert connection is not None
+        path = f"/account/connections/{connection.id}/remove"
+        assert client.post(path).status_code == 403  # no CSRF token: nothing happens
+        assert revoke_events(services) == 0
+        page = client.get("/account")
+        assert client.post(path, data={"csrf_token": csrf_of(page)}).status_code == 303
+        assert revoke_events(services) == 1
+        reading = client.get(
+            "/api/v1/receipts/",
+            headers={"SERVICE_APIKEY": app.api_key, "Authorization": f"Bearer {token}"},
+        )
+        assert reading.status_code == 401
+
+    def test_someone_elses_connection_cannot_be_removed(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        app = make_app(services, webhook_url="http://127.0.0.1:9/hook")
+        make_user(services, "maija@example.com")
+        connect(client, app, "maija@example.com")
+        with services.db.session(write=False) as session:
+            connection = session.scalar(select(Connection))
+            assert connection is not None
+        make_user(services, "matti@example.com")
+        with httpx.Client(base_url=client.base_url) as other:
+            log_in(other, "matti@example.com")
+            page = other.get("/account")
+            other.post(
+                f"/account/connections/{connection.id}/remove",
+                data={"csrf_token": csrf_of(page)},
+            )
+        assert revoke_events(services) == 0
+
+    def test_export_holds_everything(self, client: httpx.Client, services: Services) -> None:
+        app = make_app(services)
+        user = make_user(services, "maija@example.com")
+        connect(client, app, "maija@example.com")
+        receipt_id = delivered_receipt(client, services, user.id)
+        answer = client.get("/account/export")
+        assert answer.status_code == 200
+        assert answer.headers["content-type"] == "application/json"
+        assert "attachment" in answer.headers["content-disposition"]
+        data = answer.json()
+        assert data["user"]["email"] == "maija@example.com"
+        assert [c["partner"] for c in data["connections"]] == ["Pankki App"]
+        assert [r["receipt_id"] for r in data["receipts"]] == [receipt_id]
+        assert data["receipts"][0]["receipt"]["merchant"]["name"] == "Kauppa Oy"
+        assert "password" not in answer.text
+
+    def test_deletion_revokes_notifies_and_forgets(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        first = make_app(services, webhook_url="http://127.0.0.1:9/a")
+        second = make_app(services, name="Kulut", webhook_url="http://127.0.0.1:9/b")
+        user = make_user(services, "maija@example.com")
+        token = connect(client, first, "maija@example.com")
+        connect(client, second, "maija@example.com", scope="receipt:write")
+        delivered_receipt(client, services, user.id)
+        page = client.get("/account")
+        wrong = client.post(
+            "/account/delete", data={"password": "wrong one", "csrf_token": csrf_of(page)}
+        )
+        assert wrong.status_code == 400
+        assert revoke_events(services) == 0
+        done = client.post(
+            "/account/delete", data={"password": "correct horse 1", "csrf_token": csrf_of(page)}
+        )
+        assert done.status_code == 200
+        assert revoke_events(services) == 2
+        with services.db.session(write=False) as session:
+            row = session.get(User, user.id)
+            assert row is not None
+            assert row.deleted_at is not None
+            assert "maija" not in row.email
+            assert session.scalar(select(func.count()).select_from(UserSession)) == 0
+            assert all(not c.active for c in session.scalars(select(Connection)))
+        assert client.get("/account").status_code == 303
+        assert log_in(client, "maija@example.com").status_code == 400
+        reading = client.get(
+            "/api/v1/receipts/",
+            headers={"SERVICE_APIKEY": first.api_key, "Authorization": f"Bearer {token}"},
+        )
+        assert reading.status_code == 401
+        # The address is free again.
+        make_user(services, "maija@example.com")
+
+
+class TestPasswordReset:
+    def test_reset_by_mailed_link(
+        self, client: httpx.Client, services: Services, mail_services: Services, inbox: Inbox
+    ) -> None:
+        make_user(services, "maija@example.com")
+        log_in(client, "maija@example.com")
+        with httpx.Client(base_url=client.base_url) as anonymous:
+            page = anonymous.get("/password-reset")
+            for address in ("maija@example.com", "nobody@example.com"):
+                answer = anonymous.post(
+                    "/password-reset", data={"email": address, "csrf_token": csrf_of(page)}
+                )
+                assert answer.status_code == 200
+                assert "If an account has that address" in answer.text
+            assert send_due_mail(mail_services) == 1
+            assert inbox.arrived.wait(5)
+            assert inbox.messages[0]["To"] == "maija@example.com"
+            link = re.search(r"https?://\S+/password-reset/\S+", inbox.text_of())
+            assert link is not None
+            path = httpx.URL(link.group(0)).raw_path.decode()
+            form = anonymous.get(path)
+            assert form.status_code == 200
+            short = anonymous.post(path, data={"password": "short", "csrf_token": csrf_of(form)})
+            assert short.status_code == 400
+            done = anonymous.post(
+                path, data={"password": "a brand new secret", "csrf_token": csrf_of(form)}
+            )
+            assert done.status_code == 303
+            again = anonymous.post(
+                path, data={"password": "another new secret", "csrf_token": csrf_of(form)}
+            )
+            assert again.status_code == 400  # single use
+        # Every session ended; the old password is gone, the new one works.
+        assert client.get("/account").status_code == 303
+        assert log_in(client, "maija@example.com").status_code == 400
+        assert log_in(client, "maija@example.com", "a brand new secret").status_code == 303
+
+    def test_reset_request_needs_csrf(self, client: httpx.Client, services: Services) -> None:
+        make_user(services, "maija@example.com")
+        client.get("/password-reset")
+        answer = client.post("/password-reset", data={"email": "maija@example.com"})
+        assert answer.status_code == 403
