@@ -82,7 +82,7 @@ class World:
 
     def transaction(
         self,
-        partner_card_id: str = "card-1",
+        partner_card_id: str | None = "card-1",
         *,
         issuer: NewPartner | None = None,
         at: datetime = PAID_AT,

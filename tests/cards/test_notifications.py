@@ -1,0 +1,182 @@
+"""Webhook rows written by card-linking, with their exact bodies (SPEC §9, interface Events)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from kuitti.cards.service import check_card_request, enroll_card
+from kuitti.delivery.links import private_link
+from kuitti.models import PartnerRole
+from tests.cards.support import AUTH_CODE, HOOK, PAID_AT, REFERENCE, World, connect_app
+from tests.factories import auth, make_partner, receipt_doc
+
+
+class TestCardAdded:
+    def test_body(self, world: World) -> None:
+        answer = world.client.post(
+            "/api/v1/cards/",
+            json={
+                "partner_card_id": "card-1",
+                "masked_pan": "415301******1234",
+                "exp_date": "2028-12",
+                "name": "Maija Meikäläinen",
+            },
+            headers=auth(world.issuer.api_key),
+        )
+        [row] = world.webhooks("card_added")
+        assert row["partner_id"] == world.issuer.partner.id
+        assert row["bare"] is True
+        assert row["body"] == {
+            "notification_type": "card_added",
+            "partner_card_id": "card-1",
+            "service_card_id": answer.json()["service_card_id"],
+            "data": {
+                "name": "Maija Meikäläinen",
+                "masked_pan": "415301******1234",
+                "exp_date": "2028-12-31T23:59:59Z",
+            },
+        }
+
+    def test_without_a_name_there_is_no_name(self, world: World) -> None:
+        world.enroll(link=False)
+        [row] = world.webhooks("card_added")
+        assert "name" not in row["body"]["data"]
+
+
+class TestIssuerReceiptNotification:
+    def test_body(self, world: World) -> None:
+        card = world.enroll()
+        world.transaction(authorization_code=AUTH_CODE)
+        receipt = world.receipt()
+        [row] = world.webhooks("receipt_notification")
+        assert row["partner_id"] == world.issuer.partner.id
+        assert row["bare"] is True
+        assert row["body"] == {
+            "notification_type": "receipt_notification",
+            "partner_card_id": "card-1",
+            "service_card_id": card,
+            "data": {
+                "receipt_id": receipt,
+                "merchant_name": "Kauppa Oy",
+                "timestamp": "2026-01-15T12:03:11Z",
+                "amount": "849",
+                "merchant_id": "MID-000123",
+                "reference_number": REFERENCE,
+                "authorization_code": AUTH_CODE,
+                "transaction_type": "auth",
+            },
+        }
+
+    def test_an_issuer_can_fetch_the_matched_receipt(self, world: World) -> None:
+        world.enroll()
+        world.transaction(authorization_code=AUTH_CODE)
+        receipt = world.receipt()
+        answer = world.client.get(
+            f"/api/v1/receipts/{receipt}/service_json/", headers=auth(world.issuer.api_key)
+        )
+        assert answer.status_code == 200
+        assert answer.json()["receiptNumber"] == "R-2026-0001"
+
+
+class TestTransactionNotification:
+    def test_each_reading_app_of_the_card_user_hears_of_the_purchase_once(
+        self, world: World
+    ) -> None:
+        app, connection = connect_app(world.services, world.user, metadata={"customer": "42"})
+        world.enroll()
+        world.transaction(authorization_code=AUTH_CODE)
+        world.transaction(kind="clearing", authorization_code=AUTH_CODE)  # same purchase
+        [row] = world.webhooks("transaction_notification")
+        assert row["partner_id"] == app.partner.id
+        assert row["bare"] is False
+        assert row["body"] == {
+            "notification_type": "transaction_notification",
+            "service_id": str(connection.id),
+            "receipt_id": None,
+            "data": {"merchant_name": "Kauppa Kamppi"},
+            "partner_metadata": {"customer": "42"},
+        }
+
+    def test_receipt_id_is_the_receipt_when_it_is_already_matched(self, world: World) -> None:
+        _app, connection = connect_app(world.services, world.user)
+        world.enroll()
+        receipt = world.receipt()
+        world.transaction(authorization_code=AUTH_CODE)
+        [row] = world.webhooks("transaction_notification")
+        assert row["body"]["receipt_id"] == receipt
+        assert row["body"]["service_id"] == str(connection.id)
+        [note] = [r for r in world.webhooks("receipt_notification") if r["body"].get("service_id")]
+        assert note["body"]["receipt_id"] == receipt
+
+    def test_no_notification_for_a_card_without_a_user(self, world: World) -> None:
+        connect_app(world.services, world.user)
+        world.enroll(link=False)
+        world.transaction(authorization_code=AUTH_CODE)
+        assert world.webhooks("transaction_notification") == []
+
+
+class TestFullReceiptNotification:
+    def test_body(self, world: World) -> None:
+        bank = make_partner(
+            world.services, PartnerRole.BANK_PILOT, name="Pilot Bank", webhook_url=HOOK
+        )
+        with world.services.db.session() as session:
+            enroll_card(
+                session,
+                bank.partner,
+                check_card_request("pilot-1", "415301******1234", "2028-12", "Maija"),
+                now=world.clock.now(),
+                pilot=True,
+            )
+        assert world.webhooks("card_added") == []
+        doc = receipt_doc()
+        world.clock.set(PAID_AT + timedelta(minutes=20))
+        receipt = world.receipt(doc)
+        [row] = world.webhooks("full_receipt_notification")
+        assert row["partner_id"] == bank.partner.id
+        assert row["bare"] is False
+        import uuid
+
+        assert row["body"] == {
+            "service_id": None,
+            "notification_type": "full_receipt_notification",
+            "receipt_id": receipt,
+            "receipt_json": doc,
+            "receipt_web_url": private_link(world.services.settings, uuid.UUID(receipt)),
+        }
+        assert world.webhooks("receipt_notification") == []
+
+    def test_service_id_is_the_pilot_users_connection_to_the_bank(self, world: World) -> None:
+        import uuid
+
+        from kuitti.models import Card, Connection
+
+        bank = make_partner(
+            world.services, PartnerRole.BANK_PILOT, name="Pilot Bank", webhook_url=HOOK
+        )
+        now = world.clock.now()
+        with world.services.db.session() as session:
+            card, _ = enroll_card(
+                session,
+                bank.partner,
+                check_card_request("pilot-1", "415301******1234", "2028-12", None),
+                now=now,
+                pilot=True,
+            )
+            stored = session.get(Card, card.id)
+            assert stored is not None
+            stored.user_id = world.user.id
+            connection = Connection(
+                id=uuid.uuid4(),
+                user_id=world.user.id,
+                partner_id=bank.partner.id,
+                scope="receipt:read",
+                created_at=now,
+                updated_at=now,
+            )
+            session.add(connection)
+        world.clock.set(PAID_AT + timedelta(minutes=20))
+        receipt = world.receipt()
+        [row] = world.webhooks("full_receipt_notification")
+        assert row["body"]["service_id"] == str(connection.id)
+        assert world.owners(receipt) == {world.user.id}

@@ -1,0 +1,235 @@
+"""Purchases (auth + clearing), pre-authorised amounts, ties, pilot cards, split tender,
+refunds and expiry from the matching set — through the HTTP API."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from kuitti.cards.service import check_card_request, enroll_card
+from kuitti.models import PartnerRole
+from tests.cards.support import AUTH_CODE, HOOK, PAID_AT, World, two_card_payments
+from tests.factories import card_payment, make_partner, make_user, product_row, receipt_doc
+
+
+class TestOnePurchase:
+    def test_auth_and_its_clearing_are_one_purchase(self, world: World) -> None:
+        world.enroll()
+        auth = world.transaction(authorization_code=AUTH_CODE)
+        first = world.receipt()
+        clearing = world.transaction(
+            kind="clearing", at=PAID_AT + timedelta(days=1), authorization_code=AUTH_CODE
+        )
+        assert clearing["purchase_id"] == auth["purchase_id"]
+        assert clearing["matched_receipt_id"] == first
+        # The same receipt posted again finds no free purchase: never two receipts.
+        second = world.receipt()
+        world.later(days=2)
+        world.settle()
+        assert world.owners(first) == {world.user.id}
+        assert world.owners(second) == set()
+        assert len(world.matches()) == 1
+        assert len(world.webhooks("receipt_notification")) == 1
+
+    def test_clearing_with_a_tip_joins_its_auth_and_matches_the_receipt_total(
+        self, world: World
+    ) -> None:
+        world.enroll()
+        auth = world.transaction(amount=749, authorization_code=AUTH_CODE)
+        # The clearing arrives the next day; its timestamp is the transaction's time.
+        world.clock.set(PAID_AT + timedelta(hours=20))
+        clearing = world.transaction(kind="clearing", amount=849, at=PAID_AT + timedelta(minutes=2))
+        assert clearing["purchase_id"] == auth["purchase_id"]
+        world.clock.set(PAID_AT + timedelta(hours=21))
+        receipt = world.receipt()  # 849 incl. tip, code A1B2C3 equal to the purchase's
+        assert world.owners(receipt) == {world.user.id}
+        match = world.explain(receipt)["card_payments"][0]["match"]
+        assert match["transaction_type"] == "clearing"
+        assert "authorization_code" in match["keys"]
+
+    def test_a_clearing_with_another_code_is_another_purchase(self, world: World) -> None:
+        world.enroll()
+        auth = world.transaction(authorization_code=AUTH_CODE)
+        clearing = world.transaction(kind="clearing", authorization_code="XYZ999")
+        assert clearing["purchase_id"] != auth["purchase_id"]
+
+    def test_a_retried_transaction_is_stored_once(self, world: World) -> None:
+        world.enroll()
+        first = world.transaction(authorization_code=AUTH_CODE)
+        again = world.transaction(authorization_code=AUTH_CODE)
+        assert again["transaction_id"] == first["transaction_id"]
+        assert again["replayed"] is True
+
+
+class TestPreAuthorizedAmount:
+    def test_the_auth_may_equal_the_pre_authorized_amount(self, world: World) -> None:
+        world.enroll()
+        world.transaction(amount=10000, authorization_code=AUTH_CODE)
+        receipt = world.receipt(preAuthorizedAmount=10000)
+        assert world.owners(receipt) == {world.user.id}
+        match = world.explain(receipt)["card_payments"][0]["match"]
+        assert "pre_authorized_amount" in match["keys"]
+
+    def test_without_it_a_different_auth_amount_does_not_fit(self, world: World) -> None:
+        world.enroll()
+        world.transaction(amount=10000, authorization_code=AUTH_CODE)
+        receipt = world.receipt()
+        assert world.owners(receipt) == set()
+
+    def test_a_clearing_may_not_use_the_pre_authorized_amount(self, world: World) -> None:
+        world.enroll()
+        world.transaction(kind="clearing", amount=10000, authorization_code=AUTH_CODE)
+        receipt = world.receipt(preAuthorizedAmount=10000)
+        assert world.owners(receipt) == set()
+
+
+class TestTies:
+    def test_two_fitting_cards_wait_and_a_later_transaction_resolves(self, world: World) -> None:
+        other_user = make_user(world.services, "matti@example.com")
+        world.enroll("card-a")
+        world.enroll("card-b", user=other_user)
+        world.transaction("card-a", authorization_code=AUTH_CODE)
+        b_auth = world.transaction("card-b")  # no code: cannot be told apart yet
+        receipt = world.receipt()
+        assert world.why(receipt) == "tied"
+        reason = world.explain(receipt)["card_payments"][0]["reason"]
+        assert len({c["service_card_id"] for c in reason["candidates"]}) == 2
+        world.later(hours=1)
+        world.settle()
+        assert world.owners(receipt) == set()
+        # Card B's clearing brings its authorization code, which differs: only A fits now.
+        clearing = world.transaction(
+            "card-b", kind="clearing", at=PAID_AT + timedelta(hours=1), authorization_code="B9"
+        )
+        assert clearing["purchase_id"] == b_auth["purchase_id"]
+        assert world.owners(receipt) == {world.user.id}
+
+    def test_a_tie_on_keys_alone_never_delivers(self, world: World) -> None:
+        other_user = make_user(world.services, "matti@example.com")
+        world.enroll("card-a")
+        world.enroll("card-b", user=other_user)
+        world.transaction("card-a")
+        world.transaction("card-b")
+        receipt = world.receipt(authorizationCode=None, referenceNumber=None)
+        world.later(days=1)
+        world.settle()
+        assert world.owners(receipt) == set()
+        assert world.why(receipt) == "tied"
+
+    def test_a_tie_resolves_when_another_receipt_takes_one_purchase(self, world: World) -> None:
+        other_user = make_user(world.services, "matti@example.com")
+        world.enroll("card-a")
+        world.enroll("card-b", user=other_user)
+        world.transaction("card-a", authorization_code="A7")
+        world.transaction("card-b", authorization_code="B9")
+        world.clock.set(PAID_AT)
+        waiting = world.receipt(authorizationCode=None, referenceNumber=None)
+        assert world.why(waiting) == "tied"
+        taker = world.receipt(authorizationCode="B9", referenceNumber=None)
+        assert world.owners(taker) == {other_user.id}
+        world.clock.set(PAID_AT + timedelta(minutes=15))
+        world.settle()
+        assert world.owners(waiting) == {world.user.id}
+
+
+class TestPilotCards:
+    def _pilot(self, world: World, masked_pan: str = "415301******1234") -> object:
+        bank = make_partner(
+            world.services, PartnerRole.BANK_PILOT, name="Pilot Bank", webhook_url=HOOK
+        )
+        with world.services.db.session() as session:
+            enroll_card(
+                session,
+                bank.partner,
+                check_card_request("pilot-1", masked_pan, "2028-12", None),
+                now=world.clock.now(),
+                pilot=True,
+            )
+        return bank
+
+    def test_masked_pan_alone_matches_a_pilot_card(self, world: World) -> None:
+        bank = self._pilot(world)
+        world.clock.set(PAID_AT)
+        receipt = world.receipt()
+        assert world.why(receipt) == "awaiting_window"
+        world.later(minutes=15)
+        world.settle()
+        assert bank.partner.id in world.readers(receipt)  # type: ignore[attr-defined]
+        match = world.explain(receipt)["card_payments"][0]["match"]
+        assert match["kind"] == "masked_pan_only"
+        assert len(world.webhooks("full_receipt_notification")) == 1
+
+    def test_masked_pan_alone_never_matches_an_ordinary_card(self, world: World) -> None:
+        world.enroll()
+        receipt = world.receipt()
+        world.later(days=1)
+        world.settle()
+        assert world.owners(receipt) == set()
+        assert world.why(receipt) == "no_candidate"
+
+    def test_pilot_needs_the_first_six_and_last_four_on_the_receipt(self, world: World) -> None:
+        self._pilot(world)
+        receipt = world.receipt(maskedPAN="************1234")
+        world.later(days=1)
+        world.settle()
+        assert world.matches(receipt) == []
+
+
+class TestSplitTender:
+    def test_each_card_payment_is_matched_separately(self, world: World) -> None:
+        other_user = make_user(world.services, "matti@example.com")
+        world.enroll("card-a")
+        world.enroll("card-b", "552211******9876", user=other_user)
+        doc = two_card_payments(
+            {"authorizationCode": "AAA111"},
+            {"authorizationCode": "BBB222", "maskedPAN": "552211******9876"},
+        )
+        world.transaction("card-a", amount=500, authorization_code="AAA111")
+        receipt = world.receipt(doc)
+        assert world.owners(receipt) == {world.user.id}
+        world.transaction("card-b", amount=349, authorization_code="BBB222")
+        assert world.owners(receipt) == {world.user.id, other_user.id}
+        explained = world.explain(receipt)["card_payments"]
+        assert [p["status"] for p in explained] == ["matched", "matched"]
+
+
+class TestRefunds:
+    def test_a_negative_clearing_matches_a_return_receipts_negative_payment(
+        self, world: World
+    ) -> None:
+        world.enroll()
+        doc = receipt_doc([product_row(unit_price=-849)], payments=False, type="RETURN")
+        doc["payments"] = [card_payment(-849, authorizationCode=None, referenceNumber="RF1")]
+        world.transaction(kind="clearing", amount=-849, reference_number="RF1")
+        receipt = world.receipt(doc)
+        assert world.owners(receipt) == {world.user.id}
+
+    def test_a_refund_never_matches_the_purchase(self, world: World) -> None:
+        world.enroll()
+        world.transaction(amount=849, reference_number="RF1")
+        doc = receipt_doc([product_row(unit_price=-849)], payments=False, type="RETURN")
+        doc["payments"] = [card_payment(-849, authorizationCode=None, referenceNumber="RF1")]
+        assert world.owners(world.receipt(doc)) == set()
+
+
+class TestExpiry:
+    def test_an_unmatched_receipt_leaves_the_matching_set_after_seven_days(
+        self, world: World
+    ) -> None:
+        world.enroll()
+        world.clock.set(PAID_AT)
+        receipt = world.receipt()
+        world.clock.set(PAID_AT + timedelta(days=7, minutes=1))
+        world.settle()
+        assert world.explain(receipt)["card_payments"][0]["status"] == "expired"
+        # A late clearing that would have fitted finds nothing to match.
+        world.transaction(
+            kind="clearing", at=PAID_AT + timedelta(minutes=1), authorization_code=AUTH_CODE
+        )
+        assert world.owners(receipt) == set()
+
+    def test_a_transaction_leaves_the_matching_set_after_seven_days(self, world: World) -> None:
+        world.enroll()
+        world.transaction(kind="clearing", authorization_code=AUTH_CODE)
+        world.clock.set(PAID_AT + timedelta(days=7, seconds=1))
+        receipt = world.receipt()
+        assert world.owners(receipt) == set()
