@@ -11,10 +11,12 @@ from fastapi.responses import Response
 
 from kuitti.deps import Now, RawBody, ReadSession, ServicesDep
 from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, UnsupportedMediaType
+from kuitti.i18n import as_language, negotiate_locale
 from kuitti.models import Partner
 from kuitti.partners.auth import MerchantPartner
 from kuitti.receipts import service
-from kuitti.receipts.formats import DataFormat, render
+from kuitti.receipts.formats import DataFormat, etag, render
+from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.readers import ReceiptReader
 from kuitti.receipts.validation import canonical_hash, parse_json, parse_receipt_request
 from kuitti.responses import ORJSONResponse
@@ -91,6 +93,13 @@ def list_receipts(
 @router.get(
     "/{receipt_id}/{data_format}/",
     summary="Get a receipt in one format",
+    description=(
+        "Formats: `service_json` (the document as posted), `service_pdf` (PDF/A-3 with the JSON "
+        "embedded; `layout=a4` or `roll`), `finvoice_xml` (Finvoice 3.0, ISO-8859-15), "
+        "`finvoice_pdf` (the Finvoice drawn as a Finnish invoice). PDF labels follow `lang` "
+        "(fi, sv, en) or else `Accept-Language`. Every answer carries a strong `ETag`; send it "
+        "back in `If-None-Match` to get 304 without a body."
+    ),
     responses={
         200: {
             "content": {
@@ -99,11 +108,24 @@ def list_receipts(
                 "application/xml": {},
             }
         },
+        304: {"description": "Not modified (If-None-Match matched the ETag)."},
         404: {"description": "No such receipt, or the caller may not see it."},
+        409: {"description": "finvoice_unavailable: the poster has no bank account (IBAN)."},
     },
 )
 def get_receipt(
-    receipt_id: str, data_format: str, reader: ReceiptReader, session: ReadSession
+    receipt_id: str,
+    data_format: str,
+    reader: ReceiptReader,
+    session: ReadSession,
+    layout: Annotated[
+        Layout, Query(description="service_pdf page layout: a4 (default) or roll (80 mm).")
+    ] = Layout.A4,
+    lang: Annotated[
+        str | None, Query(max_length=16, description="PDF language: fi, sv or en.")
+    ] = None,
+    accept_language: Annotated[str | None, Header(max_length=1000)] = None,
+    if_none_match: Annotated[str | None, Header(max_length=2000)] = None,
 ) -> Response:
     try:
         fmt = DataFormat(data_format)
@@ -119,5 +141,23 @@ def get_receipt(
     receipt = service.readable_receipt(session, reader, receipt_uuid)
     poster = session.get(Partner, receipt.partner_id)
     assert poster is not None
-    rendered = render(receipt, poster, fmt)
-    return Response(rendered.content, media_type=rendered.media_type)
+    locale = as_language(lang).value if lang else negotiate_locale(accept_language).value
+    tag = etag(receipt, poster, fmt, layout=layout, locale=locale)
+    headers = {
+        "ETag": tag,
+        # A receipt is personal: browsers may keep it but must revalidate; shared caches never.
+        "Cache-Control": "private, no-cache",
+        "Vary": "Authorization, SERVICE_APIKEY, Accept-Language",
+        "X-Content-Type-Options": "nosniff",
+    }
+    if if_none_match and _etag_matches(if_none_match, tag):
+        return Response(status_code=304, headers=headers)
+    rendered = render(receipt, poster, fmt, layout=layout, locale=locale)
+    if rendered.media_type == "application/pdf":
+        headers["Content-Disposition"] = f'inline; filename="{rendered.filename}"'
+    return Response(rendered.content, media_type=rendered.media_type, headers=headers)
+
+
+def _etag_matches(header: str, tag: str) -> bool:
+    candidates = [part.strip() for part in header.split(",")]
+    return "*" in candidates or any(c.removeprefix("W/") == tag for c in candidates)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from functools import lru_cache
 
 from babel.dates import format_datetime
@@ -200,6 +200,7 @@ class ReceiptView:
     number: str
     time: str  # formatted in the receipt's own offset
     time_iso: str  # as posted
+    receipt_time: datetime  # aware, in the receipt's own offset
     time_short: str
     merchant: MerchantView
     rows: tuple[RowView, ...]
@@ -309,7 +310,7 @@ def _decimal(value: int | float | str) -> Decimal:
 def _distance(metres: int | float, f: Formatter) -> str:
     value = _decimal(metres)
     if value >= 1000:
-        return f"{f.number((value / 1000).quantize(Decimal('0.1')))} km"
+        return f"{f.number((value / 1000).quantize(Decimal('0.1'), ROUND_HALF_UP))} km"
     return f"{f.number(value.quantize(Decimal('1')))} m"
 
 
@@ -322,7 +323,7 @@ def _duration(minutes: int | float, f: Formatter) -> str:
 
 def _co2(grams: int, f: Formatter) -> str:
     if grams >= 1000:
-        return f"{f.number((Decimal(grams) / 1000).quantize(Decimal('0.1')))} kg"
+        return f"{f.number((Decimal(grams) / 1000).quantize(Decimal('0.1'), ROUND_HALF_UP))} kg"
     return f"{f.number(Decimal(grams))} g"
 
 
@@ -576,6 +577,7 @@ def build_view(document: schema.Receipt | str | bytes, *, locale: str = "en") ->
         number=document.receiptNumber,
         time=datetime_text(moment, language),
         time_iso=document.receiptTimeStamp,
+        receipt_time=moment,
         time_short=datetime_text(moment, language, "short"),
         merchant=_merchant(document.merchant),
         rows=tuple(_row(p, f) for p in document.products),

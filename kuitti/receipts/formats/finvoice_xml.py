@@ -1,0 +1,651 @@
+"""The receipt as a Finvoice 3.0 document (``finvoice_xml``), a paid receipt (``REC01``/``REC02``).
+
+Mapping decisions follow ``shared/finvoice/MAPPING.md`` and are written up in ``docs/formats.md``.
+The essentials:
+
+- elements are written in the XSD's sequence order, optional elements without data are omitted
+  (never empty), text is stripped, whitespace-collapsed and cut to each element's length limit;
+- amounts are integer fractional units formatted with integer arithmetic: decimal comma, no
+  thousands separator (``-1234,50``); VAT rates ``25,5``; quantities ``2,5``; never a float;
+- a product with several VAT rates becomes one ``InvoiceRow`` per rate (Finvoice rows carry one);
+- the document is paid: ``PaymentStatusCode`` PAID and ``EpiInstructedAmount`` 0,00; the seller's
+  account comes from the posting partner (``--iban/--bic``); without an IBAN there is no Finvoice;
+- ``InvoiceDate`` is the receipt's date in Finland (Europe/Helsinki); the exact time goes into
+  ``MessageTimeStamp`` and a free-text line;
+- the bytes are ISO-8859-15 (what Finnish banks require); characters outside Latin-9 (emoji,
+  other scripts, typographic dashes) are written as numeric character references, so the
+  document stays pure Latin-9 and still carries every character exactly.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from functools import lru_cache
+from zoneinfo import ZoneInfo
+
+from babel import Locale
+from babel.numbers import get_currency_precision
+from lxml import etree
+
+from kuitti.receipts import schema
+from kuitti.receipts.formats import ocmf
+from kuitti.receipts.formats.codes import ean_check_valid
+from kuitti.receipts.view import mask_pan
+
+ENCODING = "ISO-8859-15"
+MEDIA_TYPE = f"application/xml; charset={ENCODING}"
+FINLAND = ZoneInfo("Europe/Helsinki")
+VAT_CODES = frozenset({"S", "Z", "E", "AE", "K", "G", "O", "L", "M", "B"})
+RECEIVER_ID = "KUITTI"
+CONSUMER = "Kuluttaja"
+_XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_Y_TUNNUS = re.compile(r"^\s*(?:FI)?(\d{7})-?(\d)\s*$", re.IGNORECASE)
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9._:-]")
+
+UNITS_UN = {
+    "pcs": "C62",
+    "pc": "C62",
+    "kpl": "C62",
+    "st": "C62",
+    "ea": "C62",
+    "c62": "C62",
+    "kg": "KGM",
+    "g": "GRM",
+    "l": "LTR",
+    "ltr": "LTR",
+    "m": "MTR",
+    "km": "KMT",
+    "kwh": "KWH",
+    "h": "HUR",
+    "min": "MIN",
+}
+PAYMENT_TEXT = {
+    "CARD": "KORTTI / CARD",
+    "CASH": "KÄTEINEN / CASH",
+    "LOYALTY": "ETUKORTTI / LOYALTY",
+    "GIFT_CARD": "LAHJAKORTTI / GIFT CARD",
+    "MOBILEPAY": "MOBILEPAY",
+    "ONLINE": "VERKKOMAKSU / ONLINE",
+}
+
+
+class FinvoiceLimitError(ValueError):
+    """The receipt holds a value that Finvoice cannot express (e.g. an amount over 15 digits)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SellerAccount:
+    iban: str
+    bic: str | None
+
+
+def seller_account(iban: str | None, bic: str | None) -> SellerAccount | None:
+    """The poster's account in Finvoice form (no spaces, upper case), or None without an IBAN."""
+    if not iban:
+        return None
+    compact = re.sub(r"\s+", "", iban).upper()
+    if not compact or len(compact) > 34 or _NAME_CHARS.search(compact):
+        return None
+    bic_compact = re.sub(r"\s+", "", bic or "").upper() or None
+    if bic_compact and (not 8 <= len(bic_compact) <= 11 or _NAME_CHARS.search(bic_compact)):
+        bic_compact = None
+    return SellerAccount(compact, bic_compact)
+
+
+# --------------------------------------------------------------------------------------------
+# Values
+
+
+def text(value: object, limit: int, minimum: int = 0) -> str | None:
+    """One-line element text: XML-safe, whitespace collapsed, stripped, cut to ``limit``
+    characters; None when shorter than ``minimum`` (the element is then omitted)."""
+    if value is None:
+        return None
+    cleaned = _XML_INVALID.sub("", str(value))
+    cleaned = " ".join(cleaned.split())
+    if len(cleaned) > limit:
+        cleaned = cleaned[: limit - 1].rstrip() + "…"
+    if len(cleaned) < max(minimum, 1):
+        return None
+    return cleaned
+
+
+def chunks(value: str | None, limit: int) -> list[str]:
+    """Free text split into lines of at most ``limit`` characters (words kept whole)."""
+    if not value:
+        return []
+    result: list[str] = []
+    for line in _XML_INVALID.sub("", value).splitlines():
+        line = " ".join(line.split())
+        while len(line) > limit:
+            cut = line.rfind(" ", 0, limit + 1)
+            if cut <= 0:
+                cut = limit
+            result.append(line[:cut].rstrip())
+            line = line[cut:].lstrip()
+        if line:
+            result.append(line)
+    return result
+
+
+def amount(minor: int, digits: int) -> str:
+    """Fractional units as a Finvoice amount: ``-1234,50`` (2..5 decimals, ≤15 integer digits)."""
+    whole, fraction = divmod(abs(minor), 10**digits)
+    if len(str(whole)) > 15:
+        raise FinvoiceLimitError("an amount has more than the 15 integer digits Finvoice allows")
+    sign = "-" if minor < 0 else ""
+    if digits == 0:
+        return f"{sign}{whole}"
+    decimals = f"{fraction:0{digits}d}".ljust(2, "0")
+    return f"{sign}{whole},{decimals}"
+
+
+def decimal_amount(value: Decimal, decimals: int = 5) -> str | None:
+    """A Decimal as a Finvoice unit amount (2..``decimals`` decimals), or None if too large."""
+    quantized = value.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+    sign = quantized.is_signed()
+    text_ = f"{abs(quantized):f}"
+    whole, _, fraction = text_.partition(".")
+    fraction = fraction.rstrip("0").ljust(2, "0")
+    if len(whole) > 15:
+        return None
+    return f"{'-' if sign and quantized != 0 else ''}{whole},{fraction}"
+
+
+def percent(rate: str) -> str | None:
+    """A VAT rate as Finvoice writes it (``25,5``), or None when it cannot be expressed."""
+    try:
+        value = Decimal(rate)
+    except InvalidOperation:
+        return None
+    if value < 0 or value >= 1000:
+        return None
+    value = value.quantize(Decimal("0.001"), rounding=ROUND_HALF_UP).normalize()
+    whole, _, fraction = f"{value:f}".partition(".")
+    return f"{whole},{fraction}" if fraction else whole
+
+
+def quantity(value: str) -> str | None:
+    """A quantity with a decimal comma, at most 14 characters."""
+    try:
+        number = Decimal(value)
+    except InvalidOperation:
+        return None
+    formatted = f"{number.normalize() if number == number.to_integral() else number:f}"
+    formatted = formatted.replace(".", ",")
+    if "," in formatted:
+        formatted = formatted.rstrip("0").rstrip(",")
+    if len(formatted) > 14:
+        whole = formatted.split(",")[0]
+        if len(whole) > 14:
+            return None
+        formatted = formatted[:14].rstrip(",")
+    return formatted
+
+
+def finnish_date(moment: datetime) -> str:
+    return moment.astimezone(FINLAND).strftime("%Y%m%d")
+
+
+@lru_cache(maxsize=1)
+def _country_codes() -> dict[str, str]:
+    codes: dict[str, str] = {}
+    for language in ("en", "fi", "sv"):
+        for code, name in Locale.parse(language).territories.items():
+            if len(code) == 2 and code.isalpha():
+                codes.setdefault(name.casefold(), code)
+    return codes
+
+
+def country(value: str) -> tuple[str | None, str | None]:
+    """(CountryCode, CountryName) for a country given as a code or a name."""
+    stripped = value.strip()
+    if len(stripped) == 2 and stripped.isalpha() and stripped.isascii():
+        return stripped.upper(), None
+    return _country_codes().get(stripped.casefold()), text(stripped, 35)
+
+
+def vat_code(rate: str, given: str | None) -> str:
+    if given and given.strip().upper() in VAT_CODES:
+        return given.strip().upper()
+    try:
+        return "S" if Decimal(rate) > 0 else "Z"
+    except InvalidOperation:
+        return "S"
+
+
+def y_tunnus(company_id: str) -> str | None:
+    """The 8 digits of a Finnish business ID (``1234567-8`` or ``FI12345678``), if it is one."""
+    match = _Y_TUNNUS.match(company_id)
+    return f"{match.group(1)}{match.group(2)}" if match else None
+
+
+# --------------------------------------------------------------------------------------------
+# Building
+
+
+class _Builder:
+    def __init__(
+        self,
+        document: schema.Receipt,
+        account: SellerAccount,
+        receipt_id: uuid.UUID,
+        poster_name: str,
+    ) -> None:
+        self.doc = document
+        self.account = account
+        self.receipt_id = receipt_id
+        self.poster_name = poster_name
+        self.currency = document.currencyISOCode
+        self.digits = int(get_currency_precision(self.currency))
+
+    def money(self, parent: etree._Element, tag: str, minor: int) -> None:
+        el = etree.SubElement(parent, tag, AmountCurrencyIdentifier=self.currency)
+        el.text = amount(minor, self.digits)
+
+    @staticmethod
+    def add(
+        parent: etree._Element, tag: str, value: str | None, **attributes: str
+    ) -> etree._Element | None:
+        if value is None:
+            return None
+        el = etree.SubElement(parent, tag, attrib=attributes)
+        el.text = value
+        return el
+
+    def seller_name(self) -> str:
+        for candidate in (self.doc.merchant.name, self.poster_name, self.doc.merchant.companyID):
+            name = text(candidate, 70, 2)
+            if name:
+                return name
+        return "--"
+
+    # ---- blocks ------------------------------------------------------------------------------
+
+    def transmission(self, root: etree._Element) -> None:
+        block = etree.SubElement(root, "MessageTransmissionDetails")
+        sender = etree.SubElement(block, "MessageSenderDetails")
+        digits = y_tunnus(self.doc.merchant.companyID)
+        if digits:
+            self.add(sender, "FromIdentifier", f"0037{digits}", SchemeID="0216")
+        else:
+            self.add(
+                sender, "FromIdentifier", text(self.doc.merchant.companyID, 35, 2) or "UNKNOWN"
+            )
+        self.add(sender, "FromIntermediator", "NONE")
+        receiver = etree.SubElement(block, "MessageReceiverDetails")
+        self.add(receiver, "ToIdentifier", RECEIVER_ID)
+        self.add(receiver, "ToIntermediator", "NONE")
+        details = etree.SubElement(block, "MessageDetails")
+        self.add(details, "MessageIdentifier", str(self.receipt_id))
+        self.add(details, "MessageTimeStamp", self.doc.receipt_time.isoformat(timespec="seconds"))
+
+    def seller(self, root: etree._Element) -> None:
+        merchant = self.doc.merchant
+        branch = merchant.branch
+        party = etree.SubElement(root, "SellerPartyDetails")
+        self.add(party, "SellerPartyIdentifier", text(merchant.companyID, 35))
+        self.add(party, "SellerOrganisationName", self.seller_name())
+        if branch is not None:
+            self.add(party, "SellerOrganisationTradingName", text(branch.name, 70, 2))
+            self.add(party, "SellerOrganisationDepartment", text(branch.subName, 35))
+        digits = y_tunnus(merchant.companyID)
+        if digits:
+            self.add(party, "SellerOrganisationTaxCode", f"FI{digits}")
+        if branch is not None:
+            address = branch.address
+            street = text(address.streetAddress, 35, 2)
+            town = text(address.city, 35, 2)
+            postcode = text(address.zipCode, 35, 2)
+            if street and town and postcode:
+                postal = etree.SubElement(party, "SellerPostalAddressDetails")
+                self.add(postal, "SellerStreetName", street)
+                self.add(postal, "SellerTownName", town)
+                self.add(postal, "SellerPostCodeIdentifier", postcode)
+                code, name = country(address.country)
+                self.add(postal, "CountryCode", code)
+                self.add(postal, "CountryName", name)
+        if digits:
+            self.add(root, "SellerOrganisationUnitNumber", f"0037{digits}")
+        if branch is not None:
+            self.add(root, "SellerSiteCode", text(branch.id, 35))
+        info = etree.SubElement(root, "SellerInformationDetails")
+        if branch is not None:
+            self.add(info, "SellerPhoneNumber", text(branch.phone, 35))
+            self.add(info, "SellerCommonEmailaddressIdentifier", text(branch.email, 70))
+            self.add(info, "SellerWebaddressIdentifier", text(branch.websiteURL, 70))
+        if self.account.bic:
+            account = etree.SubElement(info, "SellerAccountDetails")
+            self.add(account, "SellerAccountID", self.account.iban, IdentificationSchemeName="IBAN")
+            self.add(account, "SellerBic", self.account.bic, IdentificationSchemeName="BIC")
+        if len(info) == 0:
+            root.remove(info)
+
+    def buyer(self, root: etree._Element) -> None:
+        party = etree.SubElement(root, "BuyerPartyDetails")
+        self.add(party, "BuyerOrganisationName", CONSUMER)
+
+    def type_code(self) -> tuple[str, str]:
+        kind = self.doc.kind
+        if kind == "RETURN" or (kind == "PURCHASE_AND_RETURN" and self.doc.totalPriceIncVAT < 0):
+            return "REC02", "HYVITYSKUITTI"
+        return "REC01", "KUITTI"
+
+    def free_texts(self) -> list[str]:
+        doc = self.doc
+        moment = doc.receipt_time
+        lines = [
+            f"Kuitin aika / Receipt time {moment.strftime('%Y-%m-%d %H:%M:%S')} "
+            f"(UTC{moment.strftime('%z')[:3]}:{moment.strftime('%z')[3:]})"
+        ]
+        lines.extend(chunks(doc.freeText, 512))
+        for item in doc.customAttributes or ():
+            for key, value in item.items():
+                lines.extend(chunks(f"{key}: {value}", 512))
+        payments = doc.payments or []
+        if len(payments) > 1:
+            parts = [f"{p.type} {amount(p.amount, self.digits)} {self.currency}" for p in payments]
+            lines.extend(chunks("Maksut / Payments: " + ", ".join(parts), 512))
+        for attachment in doc.attachments or ():
+            lines.extend(chunks(f"{attachment.kind} {attachment.title}: {attachment.data}", 512))
+        for verification in doc.verifications or ():
+            lines.extend(chunks(self.verification_text(verification), 512))
+        return lines
+
+    def verification_text(self, verification: schema.Verification) -> str:
+        events = [e for e in (verification.transactionBegin, verification.transactionEnd) if e]
+        if verification.type.strip().upper() == "OCMF":
+            records = [ocmf.verify(e.signedData, verification.publicKey) for e in events]
+        else:
+            records = []
+        result = ocmf.combine([r.result for r in records])
+        readings = [r for rec in records for r in rec.readings if r.value is not None]
+        summary = (
+            f"{verification.type} {verification.version} {verification.transactionId}: "
+            f"signature {result.value}"
+        )
+        meters = {rec.meter_serial for rec in records if rec.meter_serial}
+        if meters:
+            summary += f"; meter {', '.join(sorted(meters))}"
+        if len(readings) >= 2 and readings[0].unit == readings[-1].unit:
+            first, last = readings[0], readings[-1]
+            assert first.value is not None
+            assert last.value is not None
+            summary += (
+                f"; {first.value:f} → {last.value:f} {first.unit or ''}"
+                f" = {last.value - first.value:f} {first.unit or ''}".rstrip()
+            )
+        return summary
+
+    def invoice_details(self, root: etree._Element, rows_exc_total: int) -> None:
+        doc = self.doc
+        details = etree.SubElement(root, "InvoiceDetails")
+        code, label = self.type_code()
+        self.add(details, "InvoiceTypeCode", code, CodeListAgencyIdentifier="SPY")
+        self.add(details, "InvoiceTypeText", label)
+        self.add(details, "OriginCode", "Original")
+        self.add(details, "InvoiceNumber", text(doc.receiptNumber, 20, 1) or "-")
+        date = finnish_date(doc.receipt_time)
+        self.add(details, "InvoiceDate", date, Format="CCYYMMDD")
+        reference = [f"receipt {doc.receiptNumber}"]
+        if doc.merchant.branch is not None:
+            reference = [
+                f"branch {doc.merchant.branch.id}",
+                f"POS {doc.merchant.branch.posId}",
+                *reference,
+            ]
+        self.add(details, "SellerReferenceIdentifier", text(" / ".join(reference), 70))
+        self.money(details, "RowsTotalVatExcludedAmount", rows_exc_total)
+        self.money(details, "InvoiceTotalVatExcludedAmount", doc.totalPriceExcVAT)
+        self.money(details, "InvoiceTotalVatAmount", doc.totalVATAmount)
+        self.money(details, "InvoiceTotalVatIncludedAmount", doc.totalPriceIncVAT)
+        if doc.payments:
+            self.money(details, "InvoicePaidAmount", sum(p.amount for p in doc.payments))
+        else:
+            self.money(details, "InvoicePaidAmount", doc.totalPriceIncVAT)
+        for vat in doc.vats:
+            spec = etree.SubElement(details, "VatSpecificationDetails")
+            self.money(spec, "VatBaseAmount", vat.totalAmountExcVAT)
+            self.add(spec, "VatRatePercent", percent(vat.VATRate))
+            self.add(spec, "VatCode", vat_code(vat.VATRate, vat.VATCode))
+            self.money(spec, "VatRateAmount", vat.totalVATAmount)
+        for line in self.free_texts():
+            self.add(details, "InvoiceFreeText", line)
+
+    def payment(self, root: etree._Element) -> None:
+        payments = self.doc.payments or []
+        for payment in payments:
+            if (
+                isinstance(payment, schema.CardPayment)
+                and payment.attributes
+                and payment.attributes.maskedPAN
+            ):
+                pan = mask_pan(payment.attributes.maskedPAN).replace(" ", "").replace("-", "")
+                card = etree.SubElement(root, "PaymentCardInfo")
+                self.add(card, "PrimaryAccountNumber", text(pan, 19, 1) or "****")
+                break
+        status = etree.SubElement(root, "PaymentStatusDetails")
+        self.add(status, "PaymentStatusCode", "PAID")
+        kinds = list(dict.fromkeys(p.type for p in payments))
+        if kinds:
+            method = " + ".join(PAYMENT_TEXT.get(k, k.replace("_", " ")) for k in kinds)
+            self.add(status, "PaymentMethodText", text(method, 35))
+
+    def row_texts(self, product: schema.Product) -> list[str]:
+        lines = chunks(product.freeText, 512)
+        if product.categorization is not None:
+            c = product.categorization
+            parts = [str(p) for p in (c.main, c.product, c.sub) if p is not None]
+            tags = f" ({', '.join(c.tags)})" if c.tags else ""
+            lines.extend(chunks(f"Tuoteryhmä / Category: {' / '.join(parts)}{tags}", 512))
+        for item in product.customAttributes or ():
+            for key, value in item.items():
+                lines.extend(chunks(f"{key}: {value}", 512))
+        for discount in product.discounts or ():
+            share = f" ({discount.percentage} %)" if discount.percentage else ""
+            lines.extend(
+                chunks(
+                    f"Alennus / Discount{share}: {discount.description} "
+                    f"-{amount(abs(discount.amount), self.digits)} {self.currency}",
+                    512,
+                )
+            )
+        journey = product.journey
+        if journey is not None:
+            route = f"{journey.type} {journey.id or ''}".strip()
+            lines.extend(
+                chunks(f"{route}: {journey.origin.name} → {journey.destination.name}", 512)
+            )
+            for label, stop in (
+                ("Lähtö / Departure", journey.origin),
+                ("Saapuminen / Arrival", journey.destination),
+            ):
+                parts = [p for p in (stop.name, stop.city, stop.country, stop.datetime) if p]
+                lines.extend(chunks(f"{label}: {', '.join(parts)}", 512))
+            facts = []
+            if journey.distance is not None:
+                km = Decimal(str(journey.distance)) / 1000
+                facts.append(f"{km:f}".replace(".", ",") + " km")
+            if journey.duration is not None:
+                facts.append(f"{journey.duration} min")
+            if journey.CO2Emissions is not None:
+                facts.append(f"CO2 {journey.CO2Emissions} g")
+            if journey.vehicle is not None:
+                v = journey.vehicle
+                facts.append(
+                    " ".join(
+                        p for p in ("Ajoneuvo / Vehicle", v.make, v.model, v.licensePlate) if p
+                    )
+                )
+            if journey.driver is not None:
+                facts.append(f"Kuljettaja / Driver {journey.driver.id}")
+            if facts:
+                lines.extend(chunks(", ".join(facts), 512))
+        return lines
+
+    def rows(self, root: etree._Element) -> None:
+        for index, product in enumerate(self.doc.products, start=1):
+            split = len(product.vats) > 1
+            texts = self.row_texts(product)
+            for part, vat in enumerate(product.vats, start=1):
+                row = etree.SubElement(root, "InvoiceRow")
+                self.add(row, "ArticleIdentifier", text(product.productId, 70))
+                self.add(row, "ArticleName", text(product.name, 100))
+                if product.EANCode:
+                    ean = text(product.EANCode, 35)
+                    if ean and ean_check_valid(ean):
+                        self.add(row, "EanCode", ean, SchemeID="0160")
+                    else:
+                        self.add(row, "EanCode", ean)
+                qty = quantity(product.quantity)
+                unit = text(product.quantityCode, 14)
+                unit_un = UNITS_UN.get(product.quantityCode.strip().lower())
+                if qty is not None:
+                    attributes = {}
+                    if unit:
+                        attributes["QuantityUnitCode"] = unit
+                    if unit_un:
+                        attributes["QuantityUnitCodeUN"] = unit_un
+                    self.add(row, "DeliveredQuantity", qty, **attributes)
+                    self.add(row, "InvoicedQuantity", qty, **attributes)
+                journey = product.journey
+                if journey is not None:
+                    for tag, stop in (
+                        ("StartDate", journey.origin),
+                        ("EndDate", journey.destination),
+                    ):
+                        if stop.datetime:
+                            self.add(
+                                row,
+                                tag,
+                                finnish_date(datetime.fromisoformat(stop.datetime)),
+                                Format="CCYYMMDD",
+                            )
+                if not split:
+                    try:
+                        count = Decimal(product.quantity)
+                    except InvalidOperation:
+                        count = Decimal(0)
+                    if count != 0 and not product.discounts:
+                        net = Decimal(vat.totalAmountExcVAT).scaleb(-self.digits) / count
+                        unit_net = decimal_amount(net)
+                        if unit_net is not None:
+                            self.add(
+                                row,
+                                "UnitPriceAmount",
+                                unit_net,
+                                AmountCurrencyIdentifier=self.currency,
+                            )
+                    gross = self.unit_price(product)
+                    if gross is not None:
+                        self.add(
+                            row,
+                            "UnitPriceVatIncludedAmount",
+                            gross,
+                            AmountCurrencyIdentifier=self.currency,
+                        )
+                self.add(row, "RowPositionIdentifier", f"{index}.{part}" if split else str(index))
+                if part == 1:
+                    for line in texts:
+                        self.add(row, "RowFreeText", line)
+                    discounts = product.discounts or []
+                    if discounts and not split:
+                        if len(discounts) == 1 and discounts[0].percentage:
+                            self.add(row, "RowDiscountPercent", percent(discounts[0].percentage))
+                        self.money(row, "RowDiscountAmount", sum(abs(d.amount) for d in discounts))
+                        self.add(row, "RowDiscountTypeText", text(discounts[0].description, 35))
+                self.add(row, "RowVatRatePercent", percent(vat.VATRate))
+                self.add(row, "RowVatCode", vat_code(vat.VATRate, None))
+                self.money(row, "RowVatAmount", vat.VATAmount)
+                self.money(row, "RowVatExcludedAmount", vat.totalAmountExcVAT)
+                self.money(row, "RowAmount", vat.totalAmountIncVAT)
+
+    def unit_price(self, product: schema.Product) -> str | None:
+        if product.unitPriceIncVATDecimal:
+            try:
+                return decimal_amount(Decimal(product.unitPriceIncVATDecimal))
+            except InvalidOperation:
+                pass
+        try:
+            return amount(product.unitPriceIncVAT, self.digits)
+        except FinvoiceLimitError:
+            return None
+
+    def specification(self, root: etree._Element) -> None:
+        lines: list[str] = []
+        for payment in self.doc.payments or ():
+            if isinstance(payment, schema.CardPayment) and payment.attributes:
+                lines.extend(chunks(payment.attributes.transactionRawText, 80))
+        if lines:
+            spec = etree.SubElement(root, "SpecificationDetails")
+            for line in lines[:500]:
+                self.add(spec, "SpecificationFreeText", line)
+
+    def epi(self, root: etree._Element) -> None:
+        date = finnish_date(self.doc.receipt_time)
+        epi = etree.SubElement(root, "EpiDetails")
+        ident = etree.SubElement(epi, "EpiIdentificationDetails")
+        self.add(ident, "EpiDate", date, Format="CCYYMMDD")
+        etree.SubElement(ident, "EpiReference")
+        party = etree.SubElement(epi, "EpiPartyDetails")
+        bfi = etree.SubElement(party, "EpiBfiPartyDetails")
+        if self.account.bic:
+            self.add(bfi, "EpiBfiIdentifier", self.account.bic, IdentificationSchemeName="BIC")
+        beneficiary = etree.SubElement(party, "EpiBeneficiaryPartyDetails")
+        self.add(beneficiary, "EpiNameAddressDetails", text(self.seller_name(), 35, 2))
+        self.add(beneficiary, "EpiAccountID", self.account.iban, IdentificationSchemeName="IBAN")
+        instruction = etree.SubElement(epi, "EpiPaymentInstructionDetails")
+        self.add(instruction, "EpiInstructedAmount", "0,00", AmountCurrencyIdentifier=self.currency)
+        etree.SubElement(instruction, "EpiCharge", ChargeOption="SLEV")
+        self.add(instruction, "EpiDateOptionDate", date, Format="CCYYMMDD")
+
+    def build(self) -> etree._Element:
+        root = etree.Element("Finvoice", nsmap={"xsi": "http://www.w3.org/2001/XMLSchema-instance"})
+        root.set("Version", "3.0")
+        root.set(
+            "{http://www.w3.org/2001/XMLSchema-instance}noNamespaceSchemaLocation",
+            "Finvoice3.0.xsd",
+        )
+        self.transmission(root)
+        self.seller(root)
+        self.buyer(root)
+        rows_exc_total = sum(v.totalAmountExcVAT for p in self.doc.products for v in p.vats)
+        self.invoice_details(root, rows_exc_total)
+        self.payment(root)
+        self.rows(root)
+        self.specification(root)
+        self.epi(root)
+        return root
+
+
+def finvoice_tree(
+    document: schema.Receipt, account: SellerAccount, *, receipt_id: uuid.UUID, poster_name: str
+) -> etree._Element:
+    return _Builder(document, account, receipt_id, poster_name).build()
+
+
+def render_finvoice_xml(
+    document: schema.Receipt,
+    account: SellerAccount,
+    *,
+    receipt_id: uuid.UUID,
+    poster_name: str = "",
+) -> bytes:
+    """The Finvoice 3.0 document as ISO-8859-15 bytes. Raises ``FinvoiceLimitError`` when the
+    receipt holds an amount Finvoice cannot express."""
+    root = finvoice_tree(document, account, receipt_id=receipt_id, poster_name=poster_name)
+    body = etree.tostring(root, encoding=ENCODING, pretty_print=True)
+    assert isinstance(body, bytes)
+    # lxml writes its own declaration only with xml_declaration=True; write ours with the
+    # stylesheet reference the Finvoice guidelines ask for.
+    head = (
+        f'<?xml version="1.0" encoding="{ENCODING}"?>\n'
+        '<?xml-stylesheet href="Finvoice.xsl" type="text/xsl"?>\n'
+    ).encode("ascii")
+    if body.startswith(b"<?xml"):
+        body = body.split(b"\n", 1)[1]
+    return head + body

@@ -1,0 +1,527 @@
+"""PDF plumbing shared by the receipt PDF and the Finvoice PDF (reportlab, canvas level).
+
+Layout is done first, drawing second: a ``Flow`` places blocks of drawing operations top-down on
+pages (breaking pages between blocks, repeating a header), and only then are the pages drawn. So
+the page count is known ("page 2 / 3") and a till-roll page can be exactly as tall as its content.
+
+Documents are PDF/A-3b shaped: embedded DejaVu fonts (shipped in ``kuitti/static/fonts``), an sRGB
+output intent, XMP metadata mirroring the document information, and optional embedded files with
+an ``AFRelationship`` (the receipt JSON rides along as ``receipt.json``). Output is deterministic:
+the creation date is the receipt's time, and the file identifier is derived from the content's
+identity, never from "now".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, ClassVar
+from xml.sax.saxutils import escape
+
+from bidi import get_display  # type: ignore[import-untyped]
+from reportlab.pdfbase import pdfmetrics
+from reportlab.pdfbase.pdfdoc import (
+    XMP,
+    PDFArray,
+    PDFCatalog,
+    PDFDictionary,
+    PDFName,
+    PDFStream,
+    PDFString,
+)
+from reportlab.pdfbase.ttfonts import TTFont
+from reportlab.pdfgen.canvas import Canvas
+
+from kuitti.receipts.formats.codes import CodeModules, draw
+
+STATIC = Path(__file__).resolve().parents[2] / "static"
+FONTS_DIR = STATIC / "fonts"
+ICC_PROFILE = STATIC / "icc" / "sRGB.icc"
+
+REGULAR = "DejaVuSans"
+BOLD = "DejaVuSans-Bold"
+MONO = "DejaVuSansMono"
+PRODUCER = "kuitti (ReportLab)"
+# The largest page side PDF viewers accept (PDF 1.7 implementation limit, 200 inches).
+MAX_PAGE_SIDE = 14_400.0
+
+Color = tuple[float, float, float]
+BLACK: Color = (0.0, 0.0, 0.0)
+GREY: Color = (0.38, 0.40, 0.42)
+LIGHT: Color = (0.82, 0.84, 0.86)
+ACCENT: Color = (0.05, 0.33, 0.40)
+GREEN: Color = (0.05, 0.45, 0.18)
+RED: Color = (0.70, 0.08, 0.08)
+AMBER: Color = (0.60, 0.40, 0.0)
+
+_fonts_ready = False
+
+
+def register_fonts() -> None:
+    global _fonts_ready
+    if _fonts_ready:
+        return
+    for name, filename in (
+        (REGULAR, "DejaVuSans.ttf"),
+        (BOLD, "DejaVuSans-Bold.ttf"),
+        (MONO, "DejaVuSansMono.ttf"),
+    ):
+        pdfmetrics.registerFont(TTFont(name, str(FONTS_DIR / filename)))
+    _fonts_ready = True
+
+
+def text_width(text: str, font: str, size: float) -> float:
+    if not _fonts_ready:
+        register_fonts()
+    width: float = pdfmetrics.stringWidth(text, font, size)
+    return width
+
+
+def clean(text: str) -> str:
+    """Text safe to draw on one line: control characters (tabs, line breaks…) become spaces."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
+_RTL = re.compile("[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff]")
+
+
+def visual(text: str) -> str:
+    """A line in display order: right-to-left runs (Hebrew, Arabic) reordered by the Unicode
+    bidi algorithm, since PDF text is drawn left to right. Lines without RTL text are unchanged."""
+    if _RTL.search(text) is None:
+        return text
+    return str(get_display(text))
+
+
+def wrap(text: str, font: str, size: float, width: float, max_lines: int = 400) -> list[str]:
+    """Greedy word wrap to ``width`` points; words longer than a line are broken by character.
+    Line breaks in ``text`` are kept."""
+    lines: list[str] = []
+    for paragraph in text.splitlines() or [""]:
+        paragraph = clean(paragraph).rstrip()
+        if text_width(paragraph, font, size) <= width:
+            lines.append(paragraph)
+            continue
+        current = ""
+        for word in paragraph.split(" "):
+            candidate = f"{current} {word}" if current else word
+            if text_width(candidate, font, size) <= width:
+                current = candidate
+                continue
+            if current:
+                lines.append(current)
+            current = ""
+            while text_width(word, font, size) > width and len(word) > 1:
+                cut = _fit(word, font, size, width)
+                lines.append(word[:cut])
+                word = word[cut:]
+            current = word
+        lines.append(current)
+        if len(lines) >= max_lines:
+            break
+    return lines[:max_lines]
+
+
+def _fit(word: str, font: str, size: float, width: float) -> int:
+    low, high = 1, len(word)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if text_width(word[:mid], font, size) <= width:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def fit(
+    text: str, font: str, size: float, width: float, smallest: float = 5.0
+) -> tuple[str, float]:
+    """(text, size) that fits ``width``: the font shrinks down to ``smallest``, then the text is
+    cut with an ellipsis. Table cells use it, so a huge amount never runs into its neighbour."""
+    measured = text_width(text, font, size)
+    if measured <= width:
+        return text, size
+    smaller = max(smallest, size * width / measured)
+    if text_width(text, font, smaller) <= width:
+        return text, smaller
+    return ellipsize(text, font, smaller, width), smaller
+
+
+def ellipsize(text: str, font: str, size: float, width: float) -> str:
+    text = clean(text)
+    if text_width(text, font, size) <= width:
+        return text
+    cut = _fit(text, font, size, width - text_width("…", font, size))
+    return text[:cut] + "…"
+
+
+# --------------------------------------------------------------------------------------------
+# Layout
+
+
+@dataclass(slots=True)
+class Block:
+    """Drawing operations relative to the block's top edge (y grows downwards)."""
+
+    ops: list[tuple[Any, ...]] = field(default_factory=list)
+    height: float = 0.0
+
+    def text(
+        self,
+        x: float,
+        y: float,
+        text: str,
+        font: str = REGULAR,
+        size: float = 9,
+        *,
+        align: str = "l",
+        color: Color = BLACK,
+    ) -> None:
+        """Text whose baseline is ``y`` below the block top."""
+        self.ops.append(("text", x, y, font, size, visual(clean(text)), align, color))
+
+    def cell(
+        self,
+        x: float,
+        y: float,
+        text: str,
+        width: float,
+        font: str = REGULAR,
+        size: float = 9,
+        *,
+        align: str = "r",
+        color: Color = BLACK,
+    ) -> None:
+        """Text shrunk (then cut) to fit ``width`` points."""
+        fitted, fitted_size = fit(clean(text), font, size, width)
+        self.text(x, y, fitted, font, fitted_size, align=align, color=color)
+
+    def line(
+        self, x1: float, x2: float, y: float, *, width: float = 0.5, color: Color = LIGHT
+    ) -> None:
+        self.ops.append(("line", x1, x2, y, width, color))
+
+    def rect(self, x: float, y: float, w: float, h: float, color: Color) -> None:
+        self.ops.append(("rect", x, y, w, h, color))
+
+    def code(self, modules: CodeModules, x: float, y: float, module_size: float) -> None:
+        """A code whose top-left corner (quiet zone included) is at (x, y)."""
+        self.ops.append(("code", x, y, modules, module_size))
+
+    def grow(self, height: float) -> None:
+        self.height = max(self.height, height)
+
+
+@dataclass(slots=True)
+class Page:
+    ops: list[tuple[Any, ...]] = field(default_factory=list)
+    used: float = 0.0
+
+
+class Flow:
+    """Places blocks top-down on pages of ``page_height`` (content area ``top``..``bottom``)."""
+
+    def __init__(
+        self,
+        *,
+        page_width: float,
+        page_height: float,
+        margin_x: float,
+        margin_top: float,
+        margin_bottom: float,
+    ) -> None:
+        self.page_width = page_width
+        self.page_height = page_height
+        self.left = margin_x
+        self.right = page_width - margin_x
+        self.width = self.right - self.left
+        self.margin_top = margin_top
+        self.margin_bottom = margin_bottom
+        self.pages: list[Page] = []
+        self.y = 0.0
+        self.on_new_page: Callable[[Flow], None] | None = None
+        self._new_page()
+
+    @property
+    def limit(self) -> float:
+        return self.page_height - self.margin_top - self.margin_bottom
+
+    def _new_page(self) -> None:
+        self.pages.append(Page())
+        self.y = 0.0
+        if self.on_new_page is not None and len(self.pages) > 1:
+            hook, self.on_new_page = self.on_new_page, None
+            try:
+                hook(self)
+            finally:
+                self.on_new_page = hook
+
+    def place(self, block: Block, *, gap_after: float = 0.0, keep: float = 0.0) -> None:
+        """Place ``block``; ``keep`` points of what follows must fit on the same page too
+        (a heading is never left alone at the foot of a page)."""
+        if self.y + block.height + keep > self.limit and self.y > 0:
+            self._new_page()
+        page = self.pages[-1]
+        top = self.margin_top + self.y
+        for op in block.ops:
+            kind = op[0]
+            if kind == "text":
+                page.ops.append((kind, op[1], op[2] + top, *op[3:]))
+            elif kind == "line":
+                page.ops.append((kind, op[1], op[2], op[3] + top, op[4], op[5]))
+            elif kind in ("rect", "code"):
+                page.ops.append((kind, op[1], op[2] + top, *op[3:]))
+        self.y += block.height + gap_after
+        page.used = self.margin_top + self.y
+
+    def space(self, height: float) -> None:
+        if self.y > 0:
+            self.y = min(self.y + height, self.limit)
+
+    def lines(
+        self,
+        lines: Iterable[str],
+        *,
+        x: float | None = None,
+        font: str = REGULAR,
+        size: float = 9,
+        leading: float | None = None,
+        color: Color = BLACK,
+    ) -> None:
+        """Lines of text, each its own block (long text flows over pages)."""
+        step = leading or size * 1.3
+        for text in lines:
+            block = Block(height=step)
+            block.text(self.left if x is None else x, size, text, font, size, color=color)
+            self.place(block)
+
+
+# --------------------------------------------------------------------------------------------
+# Drawing and PDF/A
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    title: str
+    author: str
+    subject: str
+    created: datetime  # aware; becomes CreationDate and ModDate
+    identity: str  # stable identity of the content (e.g. receipt id + format)
+    keywords: str = ""
+    language: str = "en"
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedFile:
+    name: str
+    content: bytes
+    mime: str
+    description: str
+    relationship: str = "Data"  # Source, Data, Alternative, Supplement, Unspecified
+
+
+class _PdfACatalog(PDFCatalog):  # type: ignore[misc]
+    __NoDefault__: ClassVar[list[str]] = [*PDFCatalog.__NoDefault__, "OutputIntents", "AF"]
+    __Refs__: ClassVar[list[str]] = [*PDFCatalog.__Refs__]
+
+
+def _pdf_date(moment: datetime) -> str:
+    offset = moment.utcoffset()
+    minutes = int(offset.total_seconds() // 60) if offset is not None else 0
+    sign = "+" if minutes >= 0 else "-"
+    hours, mins = divmod(abs(minutes), 60)
+    return f"D:{moment:%Y%m%d%H%M%S}{sign}{hours:02d}'{mins:02d}'"
+
+
+def _xmp_date(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds")
+
+
+def _xmp(meta: Metadata, embedded: list[EmbeddedFile]) -> str:
+    def x(text: str) -> str:
+        return escape(clean(text), {'"': "&quot;"})
+
+    created = _xmp_date(meta.created)
+    return f"""<?xpacket begin="\ufeff" id="W5M0MpCehiHzreSzNTczkc9d"?>
+<x:xmpmeta xmlns:x="adobe:ns:meta/">
+<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">
+<rdf:Description rdf:about="" xmlns:pdfaid="http://www.aiim.org/pdfa/ns/id/">
+<pdfaid:part>3</pdfaid:part><pdfaid:conformance>B</pdfaid:conformance>
+</rdf:Description>
+<rdf:Description rdf:about="" xmlns:dc="http://purl.org/dc/elements/1.1/">
+<dc:format>application/pdf</dc:format>
+<dc:title><rdf:Alt><rdf:li xml:lang="x-default">{x(meta.title)}</rdf:li></rdf:Alt></dc:title>
+<dc:creator><rdf:Seq><rdf:li>{x(meta.author)}</rdf:li></rdf:Seq></dc:creator>
+<dc:description><rdf:Alt><rdf:li xml:lang="x-default">{x(meta.subject)}</rdf:li></rdf:Alt>
+</dc:description>
+</rdf:Description>
+<rdf:Description rdf:about="" xmlns:xmp="http://ns.adobe.com/xap/1.0/">
+<xmp:CreateDate>{created}</xmp:CreateDate><xmp:ModifyDate>{created}</xmp:ModifyDate>
+<xmp:MetadataDate>{created}</xmp:MetadataDate><xmp:CreatorTool>kuitti</xmp:CreatorTool>
+</rdf:Description>
+<rdf:Description rdf:about="" xmlns:pdf="http://ns.adobe.com/pdf/1.3/">
+<pdf:Producer>{x(PRODUCER)}</pdf:Producer><pdf:Keywords>{x(meta.keywords)}</pdf:Keywords>
+</rdf:Description>
+</rdf:RDF>
+</x:xmpmeta>
+<?xpacket end="w"?>"""
+
+
+_icc_bytes: bytes | None = None
+
+
+def _icc() -> bytes:
+    global _icc_bytes
+    if _icc_bytes is None:
+        _icc_bytes = ICC_PROFILE.read_bytes()
+    return _icc_bytes
+
+
+def _finish_pdfa(canvas: Canvas, meta: Metadata, embedded: list[EmbeddedFile]) -> None:
+    doc = canvas._doc
+    catalog = doc.Catalog
+    catalog.__class__ = _PdfACatalog
+    catalog.Lang = PDFString(meta.language)
+    catalog.Metadata = XMP(creator=lambda _doc: _xmp(meta, embedded).encode("utf-8"))
+    profile = PDFStream(PDFDictionary({"N": 3}), _icc(), filters=None)
+    intent = PDFDictionary(
+        {
+            "Type": PDFName("OutputIntent"),
+            "S": PDFName("GTS_PDFA1"),
+            "OutputConditionIdentifier": PDFString("sRGB IEC61966-2.1"),
+            "Info": PDFString("sRGB IEC61966-2.1"),
+            "DestOutputProfile": doc.Reference(profile),
+        }
+    )
+    catalog.OutputIntents = PDFArray([intent])
+    if embedded:
+        specs = []
+        names: list[Any] = []
+        for item in embedded:
+            stream = PDFStream(
+                PDFDictionary(
+                    {
+                        "Type": PDFName("EmbeddedFile"),
+                        "Subtype": PDFName(item.mime.replace("/", "#2F")),
+                        "Params": PDFDictionary(
+                            {
+                                "Size": len(item.content),
+                                "ModDate": PDFString(_pdf_date(meta.created)),
+                            }
+                        ),
+                    }
+                ),
+                item.content,
+            )
+            spec = PDFDictionary(
+                {
+                    "Type": PDFName("Filespec"),
+                    "F": PDFString(item.name),
+                    "UF": PDFString(item.name),
+                    "Desc": PDFString(item.description),
+                    "AFRelationship": PDFName(item.relationship),
+                    "EF": PDFDictionary({"F": doc.Reference(stream), "UF": doc.Reference(stream)}),
+                }
+            )
+            reference = doc.Reference(spec)
+            specs.append(reference)
+            names.extend([PDFString(item.name), reference])
+        catalog.AF = PDFArray(specs)
+        catalog.Names = PDFDictionary({"EmbeddedFiles": PDFDictionary({"Names": PDFArray(names)})})
+
+
+def render_pages(
+    flow: Flow,
+    meta: Metadata,
+    *,
+    embedded: list[EmbeddedFile] | None = None,
+    footer: Callable[[int, int], str] | None = None,
+    decorate: Callable[[Canvas, int, int, float], None] | None = None,
+    fit_height: bool = False,
+) -> bytes:
+    """Draw the laid-out pages. ``fit_height`` crops each page to its content (till roll)."""
+    register_fonts()
+    buffer = io.BytesIO()
+    canvas = Canvas(
+        buffer,
+        pagesize=(flow.page_width, flow.page_height),
+        invariant=1,
+        pageCompression=1,
+        pdfVersion=(1, 7),
+        lang=meta.language,
+        # reportlab opens each page in its initial font: make it ours, so no unembedded
+        # standard font (Helvetica) is ever referenced, as PDF/A requires.
+        initialFontName=REGULAR,
+        initialFontSize=9,
+    )
+    canvas.setTitle(clean(meta.title))
+    canvas.setAuthor(clean(meta.author))
+    canvas.setSubject(clean(meta.subject))
+    canvas.setCreator("kuitti")
+    canvas.setProducer(PRODUCER)
+    canvas.setKeywords(clean(meta.keywords))
+    stamp = _pdf_date(meta.created)
+    canvas._doc.info._dateFormatter = lambda *_parts: stamp
+    digest = hashlib.md5(meta.identity.encode(), usedforsecurity=False).hexdigest().upper()
+    canvas._doc._ID = f"\n[<{digest}><{digest}>]\n".encode()
+    total = len(flow.pages)
+    for number, page in enumerate(flow.pages, start=1):
+        height = flow.page_height
+        if fit_height:
+            height = min(MAX_PAGE_SIDE, page.used + flow.margin_bottom)
+        canvas.setPageSize((flow.page_width, height))
+        _draw_page(canvas, page, height)
+        if footer is not None:
+            text = footer(number, total)
+            canvas.setFont(REGULAR, 7)
+            canvas.setFillColorRGB(*GREY)
+            canvas.drawCentredString(flow.page_width / 2, flow.margin_bottom / 2, text)
+        if decorate is not None:
+            decorate(canvas, number, total, height)
+        canvas.showPage()
+    _finish_pdfa(canvas, meta, embedded or [])
+    canvas.save()
+    return buffer.getvalue()
+
+
+def _draw_page(canvas: Canvas, page: Page, height: float) -> None:
+    font_state: tuple[str, float] | None = None
+    color_state: Color | None = None
+    for op in page.ops:
+        kind = op[0]
+        if kind == "text":
+            _, x, y, font, size, text, align, color = op
+            if (font, size) != font_state:
+                canvas.setFont(font, size)
+                font_state = (font, size)
+            if color != color_state:
+                canvas.setFillColorRGB(*color)
+                color_state = color
+            if align == "r":
+                canvas.drawRightString(x, height - y, text)
+            elif align == "c":
+                canvas.drawCentredString(x, height - y, text)
+            else:
+                canvas.drawString(x, height - y, text)
+        elif kind == "line":
+            _, x1, x2, y, width, color = op
+            canvas.setStrokeColorRGB(*color)
+            canvas.setLineWidth(width)
+            canvas.line(x1, height - y, x2, height - y)
+        elif kind == "rect":
+            _, x, y, w, h, color = op
+            canvas.setFillColorRGB(*color)
+            color_state = color
+            canvas.rect(x, height - y - h, w, h, stroke=0, fill=1)
+        elif kind == "code":
+            _, x, y, modules, module_size = op
+            total_height = modules.total_height * module_size
+            draw(canvas, modules, x, height - y - total_height, module_size)
+            color_state = None
