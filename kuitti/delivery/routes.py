@@ -32,9 +32,8 @@ from kuitti.web import render as render_page
 router = APIRouter(tags=["receipt links"])
 
 LINK_HEADERS = {"X-Robots-Tag": "noindex, nofollow", "Referrer-Policy": "no-referrer"}
-LangQuery = Annotated[
-    str | None, Query(max_length=8, description="fi, sv or en; else Accept-Language decides.")
-]
+# Any value is accepted: one that is not fi, sv or en is ignored (Accept-Language decides).
+LangQuery = Annotated[str | None, Query(description="fi, sv or en; else Accept-Language decides.")]
 
 
 # -- dynamic QR codes -------------------------------------------------------------------------

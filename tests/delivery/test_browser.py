@@ -49,7 +49,7 @@ def rich_receipt() -> dict[str, Any]:
             "id": "T-123",
             "distance": 12400,
             "duration": 22,
-            "CO2Emissions": 1850,
+            "CO2Emissions": 1234,
             "origin": {
                 "name": "Rautatientori",
                 "city": "Helsinki",
@@ -153,7 +153,7 @@ class TestLinkPageInBrowser:
             "Paahtoaste",
             "Rautatientori",
             "Lentoasema",
-            "1.8 kg",  # CO₂ (1850 g)
+            "1.2 kg",  # CO₂ (1234 g)
             "415301******1234",
             "VAT breakdown",
             "Kiitos käynnistä!",
@@ -170,6 +170,12 @@ class TestLinkPageInBrowser:
 
         serious = [v for v in axe_violations(page) if v["impact"] in ("serious", "critical")]
         assert serious == []
+        # Printing leaves out the buttons and the language switch, keeps the receipt.
+        page.emulate_media(media="print")
+        assert not page.get_by_role("link", name="Download PDF").is_visible()
+        assert not page.locator("nav.languages").is_visible()
+        assert page.get_by_text("VAT breakdown").is_visible()
+        page.emulate_media(media="screen")
 
         page.get_by_role("link", name="Suomi").click()
         page.wait_for_url("**?lang=fi")

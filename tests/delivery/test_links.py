@@ -98,6 +98,14 @@ class TestLinkPage:
         assert 'action="/ns/kauppa/r/L-1?lang=fi"' in finnish.text
         assert 'href="/ns/kauppa/r/L-1?lang=sv"' in finnish.text
 
+    def test_an_unknown_language_falls_back_to_the_browsers(
+        self, client: httpx.Client, merchant: NewPartner
+    ) -> None:
+        link_receipt(client, merchant)
+        page = client.get("/ns/kauppa/r/L-1?lang=" + "x" * 50, headers={"Accept-Language": "fi"})
+        assert page.status_code == 200
+        assert '<html lang="fi">' in page.text
+
     def test_private_link_shows_the_same_receipt(
         self, client: httpx.Client, merchant: NewPartner
     ) -> None:
