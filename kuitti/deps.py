@@ -25,22 +25,28 @@ class Services:
     clock: Clock
 
 
+async def _services(request: Request) -> Services:
+    # async on purpose: FastAPI runs every sync dependency in the threadpool, and a thread hop
+    # costs more than this function.
+    return get_services(request)
+
+
 def get_services(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
 
 
-def _write_session(services: Annotated[Services, Depends(get_services)]) -> Iterator[Session]:
+def _write_session(services: Annotated[Services, Depends(_services)]) -> Iterator[Session]:
     with services.db.session(write=True) as session:
         yield session
 
 
-def _read_session(services: Annotated[Services, Depends(get_services)]) -> Iterator[Session]:
+def _read_session(services: Annotated[Services, Depends(_services)]) -> Iterator[Session]:
     with services.db.session(write=False) as session:
         yield session
 
 
-def _now(services: Annotated[Services, Depends(get_services)]) -> datetime:
+async def _now(services: Annotated[Services, Depends(_services)]) -> datetime:
     return services.clock.now()
 
 
@@ -56,7 +62,7 @@ async def _raw_body(request: Request) -> bytes:
     return bytes(chunks)
 
 
-ServicesDep = Annotated[Services, Depends(get_services)]
+ServicesDep = Annotated[Services, Depends(_services)]
 # scope="function": the unit of work commits before the response is sent, never after.
 WriteSession = Annotated[Session, Depends(_write_session, scope="function")]
 ReadSession = Annotated[Session, Depends(_read_session, scope="function")]
