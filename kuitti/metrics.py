@@ -45,3 +45,18 @@ WEBHOOK_WORKER_ERRORS = Counter(
     "kuitti_webhook_worker_errors_total",
     "Worker rounds that failed because the database could not be reached (the worker goes on)",
 )
+
+# Delivery (kuitti/delivery/)
+RECEIPT_TOKENS = Counter(
+    "kuitti_receipt_tokens_total",
+    "Tokens of create-receipt requests by type and reported status",
+    ["type", "status"],
+)
+MAIL_MESSAGES = Counter(
+    "kuitti_mail_messages_total",
+    "E-mail send attempts by result: sent, retried (will be tried again) or failed (given up)",
+    ["result"],
+)
+LINK_RATE_LIMITED = Counter(
+    "kuitti_link_pages_rate_limited_total", "Receipt-link requests refused by the rate limit"
+)

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from kuitti.config import Settings
 from kuitti.deps import Services
 from kuitti.logs import log
+from kuitti.metrics import MAIL_MESSAGES
 from kuitti.models import MailMessage
 
 MAIL_BATCH = 20
@@ -159,11 +160,14 @@ def _send_one(services: Services, message_id: uuid.UUID, attempts: int) -> int:
         row.attempt_count = attempts + 1
         if error is None:
             row.status, row.sent_at, row.last_error = "sent", now, None
+            MAIL_MESSAGES.labels("sent").inc()
             return 1
         row.last_error = error
         if row.attempt_count > len(settings.webhook_retry_schedule):
             row.status = "failed"
+            MAIL_MESSAGES.labels("failed").inc()
         else:
+            MAIL_MESSAGES.labels("retried").inc()
             row.next_attempt_at = now + timedelta(
                 seconds=retry_delay_seconds(settings, row.attempt_count)
             )

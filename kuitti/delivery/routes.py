@@ -22,6 +22,7 @@ from kuitti.delivery.ratelimit import RateLimiter
 from kuitti.delivery.service import deliver_to_user
 from kuitti.delivery.texts import page_text
 from kuitti.deps import Now, ServicesDep, get_services
+from kuitti.metrics import LINK_RATE_LIMITED
 from kuitti.models import Connection, Partner, Receipt, User
 from kuitti.oauth.bearer import AppConnection
 from kuitti.receipts.formats import DataFormat, render
@@ -72,6 +73,7 @@ def _limited(request: Request) -> Response | None:
     retry_after = limiter.hit(client, services.clock.now().timestamp())
     if retry_after is None:
         return None
+    LINK_RATE_LIMITED.inc()
     lang = page_language(request, None)
     return render_page(
         request,

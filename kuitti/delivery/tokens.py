@@ -30,6 +30,7 @@ from kuitti.config import Settings
 from kuitti.delivery import links, qr
 from kuitti.delivery.emails import enqueue_receipt_email
 from kuitti.delivery.service import deliver_to_user, grant
+from kuitti.metrics import RECEIPT_TOKENS
 from kuitti.models import Partner, Receipt
 from kuitti.receipts.schema import Receipt as ReceiptDocument
 from kuitti.receipts.validation import Token, TokenType
@@ -69,7 +70,10 @@ def deliver_tokens(
 ) -> list[TokenStatus]:
     """Deliver the receipt through each token, in order; report one status per token."""
     delivery = _Delivery(session, settings, receipt, document, tokens, now)
-    return [TokenStatus(token.type, delivery.deliver(token)) for token in tokens]
+    statuses = [TokenStatus(token.type, delivery.deliver(token)) for token in tokens]
+    for item in statuses:
+        RECEIPT_TOKENS.labels(item.type.value, item.status.value).inc()
+    return statuses
 
 
 class _Delivery:

@@ -421,6 +421,8 @@ class TestSeveralTokens:
         notes = webhooks(services, "receipt_notification")
         assert [orjson.loads(n.payload)["receipt_id"] for n in notes] == [receipt_id]
         assert len(mail_rows(services)) == 1  # one address, one e-mail
+        metrics = client.get("/metrics").text
+        assert 'kuitti_receipt_tokens_total{status="delivered",type="EMAIL"}' in metrics
 
     def test_a_failing_request_leaves_no_mail_or_delivery(
         self, client: httpx.Client, services: Services, merchant: NewPartner, user: User
