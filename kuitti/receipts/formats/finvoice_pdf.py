@@ -363,21 +363,22 @@ class _Writer:
         names = wrap(title, REGULAR, b, name_width, max_lines=4)
         y = b * 1.35
         block.text(flow.left + 4, y - 2, names[0], REGULAR, b)
-        block.text(c["qty"], y - 2, self.quantity(row.quantity), REGULAR, b, align="r")
+        base = y - 2
+        block.cell(c["qty"], base, self.quantity(row.quantity), 32, REGULAR, b)
         if row.unit:
             block.text(
                 c["qty"] + 3,
-                y - 2,
+                base,
                 pdfkit.ellipsize(row.unit, REGULAR, s, 26),
                 REGULAR,
                 s,
                 color=GREY,
             )
-        block.text(c["price"], y - 2, self.amount(row.unit_price), REGULAR, b, align="r")
-        block.text(c["rate"], y - 2, self.rate(row.vat_rate), REGULAR, b, align="r")
-        block.text(c["vat"], y - 2, self.amount(row.vat), REGULAR, b, align="r")
-        block.text(c["excl"], y - 2, self.amount(row.excl_vat), REGULAR, b, align="r")
-        block.text(c["total"] - 4, y - 2, self.amount(row.total), REGULAR, b, align="r")
+        block.cell(c["price"], base, self.amount(row.unit_price), 44, REGULAR, b)
+        block.cell(c["rate"], base, self.rate(row.vat_rate), 36, REGULAR, b)
+        block.cell(c["vat"], base, self.amount(row.vat), 38, REGULAR, b)
+        block.cell(c["excl"], base, self.amount(row.excl_vat), 52, REGULAR, b)
+        block.cell(c["total"] - 4, base, self.amount(row.total), 54, REGULAR, b)
         for line in names[1:]:
             y += b * 1.3
             block.text(flow.left + 4, y - 2, line, REGULAR, b)
@@ -409,18 +410,19 @@ class _Writer:
         d, flow = self.data, self.flow
         block = Block()
         y = 6.0
-        label_r = flow.right - 96
+        widest = pdfkit.text_width(f"{self.amount(d.total_incl_vat)} {d.currency}", BOLD, 12)
+        label_r = flow.right - min(flow.width * 0.5, max(96.0, widest + 16))
+        value_width = flow.right - label_r - 12
         for key, value in (("total_excl_vat", d.total_excl_vat), ("total_vat", d.total_vat)):
             y += 12
             block.text(label_r, y, self.t(key), REGULAR, 8.5, align="r", color=GREY)
-            block.text(
-                flow.right - 4, y, f"{self.amount(value)} {d.currency}", REGULAR, 8.5, align="r"
+            block.cell(
+                flow.right - 4, y, f"{self.amount(value)} {d.currency}", value_width, size=8.5
             )
         y += 18
         block.text(label_r, y, self.t("total"), BOLD, 12, align="r")
-        block.text(
-            flow.right - 4, y, f"{self.amount(d.total_incl_vat)} {d.currency}", BOLD, 12, align="r"
-        )
+        total = f"{self.amount(d.total_incl_vat)} {d.currency}"
+        block.cell(flow.right - 4, y, total, value_width, BOLD, 12)
         block.grow(y + 8)
         flow.place(block)
 
@@ -444,8 +446,8 @@ class _Writer:
         for vat in d.vats:
             block = Block(height=12)
             block.text(flow.left, 9, self.rate(vat.rate), REGULAR, 8.5)
-            block.text(edges[0], 9, self.amount(vat.base), REGULAR, 8.5, align="r")
-            block.text(edges[1], 9, self.amount(vat.vat), REGULAR, 8.5, align="r")
+            block.cell(edges[0], 9, self.amount(vat.base), 76, REGULAR, 8.5)
+            block.cell(edges[1], 9, self.amount(vat.vat), 76, REGULAR, 8.5)
             block.text(edges[2], 9, vat.code or "", REGULAR, 8.5, align="r")
             flow.place(block)
 

@@ -446,7 +446,8 @@ class _Builder:
             for key, value in item.items():
                 lines.extend(chunks(f"{key}: {value}", 512))
         for discount in product.discounts or ():
-            share = f" ({discount.percentage} %)" if discount.percentage else ""
+            rate = percent(discount.percentage) if discount.percentage else None
+            share = f" ({rate or discount.percentage} %)" if discount.percentage else ""
             lines.extend(
                 chunks(
                     f"Alennus / Discount{share}: {discount.description} "
