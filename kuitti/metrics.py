@@ -60,3 +60,17 @@ MAIL_MESSAGES = Counter(
 LINK_RATE_LIMITED = Counter(
     "kuitti_link_pages_rate_limited_total", "Receipt-link requests refused by the rate limit"
 )
+
+# Card-linking (kuitti/cards/)
+CARD_MATCHING_SECONDS = Histogram(
+    "kuitti_card_matching_seconds",
+    "Time spent deciding card-linking matches, by what triggered it",
+    ["trigger"],
+    buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25),
+)
+CARD_MATCHES = Counter(
+    "kuitti_card_matches_total",
+    "Receipt card payments delivered by card-linking, by strength (code: an equal authorization "
+    "code or reference number; keys: after the auth window; masked_pan: a pilot card)",
+    ["strength"],
+)

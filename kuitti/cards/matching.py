@@ -47,6 +47,8 @@ from kuitti.config import Settings
 from kuitti.delivery.links import private_link
 from kuitti.delivery.service import deliver_to_user, grant
 from kuitti.deps import Services
+from kuitti.logs import log
+from kuitti.metrics import CARD_MATCHES, CARD_MATCHING_SECONDS
 from kuitti.models import Card, Connection, Partner, Receipt
 from kuitti.models.cards import (
     CardMatch,
@@ -93,6 +95,17 @@ def match_receipt(
     merchant_ids = sorted({r.merchant_id for r in records if r.merchant_id is not None})
     for merchant_id in merchant_ids:  # sorted: two writers never take them in opposite orders
         locks.acquire(session, "match", merchant_id)
+    with CARD_MATCHING_SECONDS.labels("receipt").time():
+        _match_records(session, settings, records, merchant_ids, now)
+
+
+def _match_records(
+    session: Session,
+    settings: Settings,
+    records: list[CardPaymentRecord],
+    merchant_ids: list[str],
+    now: datetime,
+) -> None:
     matcher = Matcher(session, settings, now)
     for record in records:
         if record.status == PaymentStatus.WAITING:
@@ -481,6 +494,8 @@ class Matcher:
         self.session.add(match)
         self.session.flush()
         self.matched.append(match)
+        strength = "masked_pan" if chosen.purchase is None else ("code" if at_once else "keys")
+        CARD_MATCHES.labels(strength).inc()
         self._deliver(record, chosen)
         # The purchase is taken: payments that counted it as a candidate may now be decided.
         if chosen.purchase is not None:
@@ -648,7 +663,7 @@ def settle_due_matches(services: Services, *, limit: int = SETTLE_BATCH) -> int:
     merchant_ids = list(dict.fromkeys(m for m in rows if m is not None))
     total = 0
     for merchant_id in merchant_ids:
-        with services.db.session() as session:
+        with services.db.session() as session, CARD_MATCHING_SECONDS.labels("settle").time():
             locks.acquire(session, "match", merchant_id)
             total += Matcher(session, services.settings, now).settle_due(merchant_id)
     with services.db.session() as session:
@@ -689,7 +704,10 @@ async def run_settler(services: Services, stop: asyncio.Event) -> None:
     """Run ``settle_due_matches`` every ``SETTLE_INTERVAL_SECONDS`` until ``stop`` is set (for the
     delivery worker's task group)."""
     while not stop.is_set():
-        await asyncio.to_thread(settle_due_matches, services)
+        try:
+            await asyncio.to_thread(settle_due_matches, services)
+        except Exception as exc:  # a database outage must not end the loop; retry next round
+            log.warning("settle_due_matches failed", error=type(exc).__name__)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), SETTLE_INTERVAL_SECONDS)
 

@@ -22,6 +22,7 @@ from kuitti.cards.matching import CLEARING_AFTER, CLEARING_BEFORE, Matcher
 from kuitti.config import Settings
 from kuitti.delivery.service import reading_connections
 from kuitti.errors import Conflict, ErrorDetail, InvalidRequest, NotFound
+from kuitti.metrics import CARD_MATCHING_SECONDS
 from kuitti.models import Card, Namespace, Partner
 from kuitti.models.cards import CardMatch, CardPurchase, CardTransaction, TransactionType
 from kuitti.receipts.schema import ISO_4217_CODES
@@ -435,9 +436,10 @@ def record_transaction(
     )
     session.add(txn)
     session.flush()
-    matcher = Matcher(session, settings, now)
-    matcher.on_transaction(txn)
-    matcher.settle_due(request.merchant_id)
+    with CARD_MATCHING_SECONDS.labels("transaction").time():
+        matcher = Matcher(session, settings, now)
+        matcher.on_transaction(txn)
+        matcher.settle_due(request.merchant_id)
     if new_purchase and card.user_id is not None:
         receipt_id = session.scalar(
             select(CardMatch.receipt_id).where(CardMatch.purchase_id == purchase.id)

@@ -1,0 +1,785 @@
+"""Card-linking benchmark: precision, recall, matches/s and request latency on a generated world,
+and the cost of matching one receipt at 10,000 vs 1,000,000 stored transactions.
+
+The world (assumptions written out in docs/matching.md, "Benchmark"):
+
+* 100,000 enrolled cards across four BINs (so masked PANs ``BIN******last4`` collide: about
+  2.5 enrolled cards share each BIN and last four), bulk-inserted into the database (enrolling
+  them over HTTP would only measure enrolment);
+* shoppers: 40 % pay with an enrolled card, 60 % with a card of the same BINs that nobody
+  enrolled (their receipts must never match anyone);
+* merchants with several terminals sharing one MID: cafés with a small menu (many equal
+  amounts), grocers, restaurants (tips: the clearing and the receipt carry the bill plus tip, the
+  auth the bill), fuel stations (auth = preAuthorizedAmount, receipt and clearing the actual sum);
+* a day of purchases with a daytime peak; POS clock skew against the issuer ±90 s; auths reach
+  kuitti 0–5 s after the purchase, receipts after ~30 s (5 % hours late), clearings 1–3 days
+  later (their timestamp is the transaction's time, as a clearing record states it);
+* noise: 20 % of receipts carry no authorization code (half of those no reference number
+  either), 25 % show only the last four digits, 10 % of issuer transactions carry no codes, 1 %
+  of enrolled purchases never reach kuitti as transactions (not matchable), 3 % split tender
+  (two cards), 2 % refunds (a RETURN receipt and a negative clearing);
+* everything is posted through the real HTTP API (uvicorn on loopback, sequentially, in order
+  of arrival, the server's clock moved to each arrival), then the clock runs 8 days on.
+
+    .venv/bin/python bench/matching.py --quick          # sanity: 10,000 cards, 1,500 purchases
+    .venv/bin/python bench/matching.py                  # 100,000 cards, 12,000 purchases
+    .venv/bin/python bench/matching.py --scale          # also: cost at 10k vs 1M transactions
+    .venv/bin/python bench/matching.py --database postgresql
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import secrets
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import uvicorn
+from sqlalchemy import insert, select, text
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kuitti.app import create_app  # noqa: E402
+from kuitti.cards.matching import settle_due_matches  # noqa: E402
+from kuitti.clock import FrozenClock  # noqa: E402
+from kuitti.config import Settings  # noqa: E402
+from kuitti.db import Database  # noqa: E402
+from kuitti.dbmigrate import upgrade  # noqa: E402
+from kuitti.deps import Services  # noqa: E402
+from kuitti.metrics import CARD_MATCHING_SECONDS  # noqa: E402
+from kuitti.models import Card, PartnerRole  # noqa: E402
+from kuitti.models.cards import (  # noqa: E402
+    CardMatch,
+    CardPaymentRecord,
+    CardPurchase,
+    CardTransaction,
+)
+from kuitti.partners.service import create_partner  # noqa: E402
+from kuitti.security import SecretBox  # noqa: E402
+
+PG_ADMIN_URL = os.environ.get(
+    "KUITTI_TEST_POSTGRES_URL", "postgresql://kuitti:kuitti@127.0.0.1:5432/postgres"
+)
+BINS = ("415301", "552211", "490012", "535110")
+DAY = datetime(2026, 3, 2, tzinfo=UTC)
+CAFE_MENU = (250, 320, 350, 420, 480, 550, 690)
+ALNUM = "ABCDEFGHJKLMNPQRSTUVWXYZ0123456789"
+
+
+# -- the world ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Shopper:
+    first6: str
+    last4: str
+    card_index: int | None  # index of the enrolled card, None: nobody enrolled this card
+    issuer: int
+
+
+@dataclass
+class Merchant:
+    name: str
+    mid: str
+    kind: str  # cafe, grocer, restaurant, fuel
+    terminals: int
+
+
+@dataclass
+class Payment:
+    shopper: Shopper
+    amount: int
+    paid_at: datetime  # POS time
+    auth_code: str
+    reference: str
+    pre_authorized: int | None = None
+    auth_amount: int | None = None  # None: no auth (refunds)
+    clearing_amount: int | None = None
+    show_code: bool = True
+    show_reference: bool = True
+    last4_only: bool = False
+    issuer_codes: bool = True
+    lost: bool = False  # the issuer never reports it
+
+
+@dataclass
+class Purchase:
+    merchant: Merchant
+    payments: list[Payment]
+    refund: bool = False
+    receipt_arrival: datetime = DAY
+
+
+@dataclass
+class Event:
+    at: datetime
+    order: int
+    kind: str  # receipt, auth, clearing
+    purchase: Purchase
+    payment: Payment | None = None
+
+
+@dataclass
+class World:
+    cards: list[tuple[str, str, int]]  # first6, last4, issuer
+    merchants: list[Merchant]
+    purchases: list[Purchase]
+    card_ids: list[uuid.UUID] = field(default_factory=list)
+
+
+def code(rng: random.Random, n: int = 6) -> str:
+    return "".join(rng.choice(ALNUM) for _ in range(n))
+
+
+def build_world(rng: random.Random, n_cards: int, n_purchases: int, n_merchants: int) -> World:
+    cards = [
+        (rng.choice(BINS), f"{rng.randrange(10000):04d}", rng.randrange(3)) for _ in range(n_cards)
+    ]
+    kinds = ["cafe"] * 4 + ["grocer"] * 4 + ["restaurant"] * 2 + ["fuel"] * 1
+    merchants = [
+        Merchant(f"Merchant {i}", f"MID{i:07d}", rng.choice(kinds), rng.randint(1, 6))
+        for i in range(n_merchants)
+    ]
+    # A few big merchants take much of the traffic (Zipf-like), so equal amounts meet.
+    weights = [1.0 / (i + 1) ** 0.8 for i in range(n_merchants)]
+    purchases: list[Purchase] = []
+
+    def shopper() -> Shopper:
+        if rng.random() < 0.40:
+            index = rng.randrange(n_cards)
+            first6, last4, issuer = cards[index]
+            return Shopper(first6, last4, index, issuer)
+        return Shopper(rng.choice(BINS), f"{rng.randrange(10000):04d}", None, rng.randrange(3))
+
+    for _ in range(n_purchases):
+        merchant = rng.choices(merchants, weights)[0]
+        # Daytime peak: most purchases between 07:00 and 21:00.
+        hour = min(23.99, max(0.0, rng.gauss(14, 3.5)))
+        at = DAY + timedelta(hours=hour, seconds=rng.random())
+        refund = rng.random() < 0.02
+        if merchant.kind == "cafe":
+            total = rng.choice(CAFE_MENU) * rng.randint(1, 2)
+        elif merchant.kind == "fuel":
+            total = rng.randint(1500, 9500)
+        else:
+            total = rng.randint(150, 25000)
+        splits = [total]
+        if not refund and rng.random() < 0.03 and total > 400:
+            first = rng.randint(100, total - 100)
+            splits = [first, total - first]
+        payments = []
+        for part in splits:
+            amount = -part if refund else part
+            payment = Payment(
+                shopper(),
+                amount,
+                at,
+                code(rng),
+                f"{rng.randrange(10**12):012d}",
+                show_code=rng.random() >= 0.20,
+                last4_only=rng.random() < 0.25,
+                issuer_codes=rng.random() >= 0.10,
+                lost=rng.random() < 0.01,
+            )
+            payment.show_reference = payment.show_code or rng.random() < 0.5
+            if refund:
+                payment.auth_amount = None
+                payment.clearing_amount = amount
+                payment.show_code = False  # refunds carry a reference number only
+                payment.show_reference = True
+            elif merchant.kind == "fuel" and len(splits) == 1:
+                payment.pre_authorized = rng.choice((10000, 15000))
+                payment.auth_amount = payment.pre_authorized
+                payment.clearing_amount = amount
+            elif merchant.kind == "restaurant" and len(splits) == 1 and rng.random() < 0.5:
+                tip = rng.randint(50, max(60, amount // 8))
+                payment.auth_amount = amount
+                payment.amount = amount + tip
+                payment.clearing_amount = amount + tip
+            else:
+                payment.auth_amount = amount
+                payment.clearing_amount = amount
+            payments.append(payment)
+        purchase = Purchase(merchant, payments, refund)
+        delay = rng.expovariate(1 / 30)
+        if rng.random() < 0.05:
+            delay = rng.uniform(3600, 6 * 3600)
+        purchase.receipt_arrival = at + timedelta(seconds=delay)
+        purchases.append(purchase)
+    return World(cards, merchants, purchases)
+
+
+def events_of(rng: random.Random, world: World) -> list[Event]:
+    events: list[Event] = []
+    order = 0
+    for purchase in world.purchases:
+        events.append(Event(purchase.receipt_arrival, order, "receipt", purchase))
+        order += 1
+        for payment in purchase.payments:
+            if payment.shopper.card_index is None or payment.lost:
+                continue
+            if payment.auth_amount is not None:
+                events.append(
+                    Event(
+                        payment.paid_at + timedelta(seconds=rng.uniform(0, 5)),
+                        order,
+                        "auth",
+                        purchase,
+                        payment,
+                    )
+                )
+                order += 1
+            if payment.clearing_amount is not None:
+                arrival = payment.paid_at + timedelta(days=rng.uniform(1, 3))
+                events.append(Event(arrival, order, "clearing", purchase, payment))
+                order += 1
+    events.sort(key=lambda e: (e.at, e.order))
+    return events
+
+
+# -- documents -----------------------------------------------------------------------------------
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def receipt_body(purchase: Purchase, number: int) -> dict[str, Any]:
+    total = sum(p.amount for p in purchase.payments)
+    exc = round(total * 100 / 114)
+    payments = []
+    for payment in purchase.payments:
+        shopper = payment.shopper
+        masked = (
+            "************" if payment.last4_only else shopper.first6 + "******"
+        ) + shopper.last4
+        attrs: dict[str, Any] = {
+            "transactionType": "REFUND" if purchase.refund else "PURCHASE",
+            "currencyISOCode": "EUR",
+            "MID": purchase.merchant.mid,
+            "timeStamp": iso(payment.paid_at),
+            "terminalId": f"T{number % purchase.merchant.terminals}",
+            "maskedPAN": masked,
+            "cardType": "DEBIT",
+        }
+        if payment.show_code:
+            attrs["authorizationCode"] = payment.auth_code
+        if payment.show_reference:
+            attrs["referenceNumber"] = payment.reference
+        if payment.pre_authorized is not None:
+            attrs["preAuthorizedAmount"] = payment.pre_authorized
+        payments.append({"type": "CARD", "amount": payment.amount, "attributes": attrs})
+    return {
+        "type": "RETURN" if purchase.refund else "PURCHASE",
+        "merchant": {"name": purchase.merchant.name, "companyID": "1234567-8"},
+        "products": [
+            {
+                "name": "Ostokset",
+                "quantity": "1",
+                "quantityCode": "pcs",
+                "unitPriceIncVAT": total,
+                "totalAmountExcVAT": exc,
+                "totalAmountIncVAT": total,
+                "vats": [
+                    {
+                        "VATRate": "14",
+                        "VATAmount": total - exc,
+                        "totalAmountExcVAT": exc,
+                        "totalAmountIncVAT": total,
+                    }
+                ],
+            }
+        ],
+        "vats": [
+            {
+                "VATRate": "14",
+                "totalVATAmount": total - exc,
+                "totalAmountExcVAT": exc,
+                "totalAmountIncVAT": total,
+            }
+        ],
+        "payments": payments,
+        "receiptNumber": f"R{number}",
+        "receiptTimeStamp": iso(purchase.payments[0].paid_at),
+        "currencyISOCode": "EUR",
+        "totalVATAmount": total - exc,
+        "totalPriceExcVAT": exc,
+        "totalPriceIncVAT": total,
+    }
+
+
+def transaction_body(
+    rng: random.Random, world: World, event: Event, skew: timedelta
+) -> dict[str, Any]:
+    payment = event.payment
+    assert payment is not None
+    assert payment.shopper.card_index is not None
+    index = payment.shopper.card_index
+    is_auth = event.kind == "auth"
+    amount = payment.auth_amount if is_auth else payment.clearing_amount
+    # The issuer's clock differs from the POS's; a clearing states the transaction's time.
+    stamp = (
+        payment.paid_at + skew + (timedelta(0) if is_auth else timedelta(seconds=rng.uniform(0, 2)))
+    )
+    body: dict[str, Any] = {
+        "service_card_id": str(world.card_ids[index]),
+        "transaction_type": event.kind,
+        "amount": amount,
+        "currency": "EUR",
+        "timestamp": iso(stamp),
+        "merchant_id": event.purchase.merchant.mid,
+        "merchant_name": event.purchase.merchant.name.upper(),
+    }
+    if payment.issuer_codes:
+        if not event.purchase.refund:
+            body["authorization_code"] = payment.auth_code
+        body["reference_number"] = payment.reference
+    return body
+
+
+# -- running -------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Server:
+    def __init__(self, services: Services) -> None:
+        port = free_port()
+        app = create_app(services.settings, db=services.db, clock=services.clock)
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        )
+        self.url = f"http://127.0.0.1:{port}"
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def make_services(database: str, workdir: Path, clock: FrozenClock) -> tuple[Services, str | None]:
+    pg_name = None
+    if database == "postgresql":
+        pg_name = f"kuitti_bench_{secrets.token_hex(4)}"
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{pg_name}"')
+        url = f"{PG_ADMIN_URL.rpartition('/')[0]}/{pg_name}"
+    else:
+        url = f"sqlite:///{workdir / 'bench.db'}"
+    settings = Settings(  # type: ignore[call-arg]
+        database_url=url,
+        var_dir=workdir,
+        secret_key="bench-secret",
+        log_level="WARNING",
+        webhook_allow_insecure=True,
+    )
+    db = Database(settings.resolved_database_url, pool_size=5)
+    upgrade(db)
+    return Services(settings=settings, db=db, clock=clock), pg_name
+
+
+def enrol_cards(services: Services, world: World, issuers: list[uuid.UUID]) -> None:
+    now = services.clock.now()
+    rows = []
+    for i, (first6, last4, issuer) in enumerate(world.cards):
+        card_id = uuid.uuid4()
+        world.card_ids.append(card_id)
+        rows.append(
+            {
+                "id": card_id,
+                "partner_id": issuers[issuer],
+                "partner_card_id": f"c{i}",
+                "masked_pan": f"{first6}******{last4}",
+                "pan_first6": first6,
+                "pan_last4": last4,
+                "exp_date": datetime(2029, 12, 31, tzinfo=UTC),
+                "holder_name": None,
+                "user_id": None,
+                "pilot": False,
+                "created_at": now,
+            }
+        )
+    with services.db.session() as session:
+        for start in range(0, len(rows), 10000):
+            session.execute(insert(Card), rows[start : start + 10000])
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_world(args: argparse.Namespace, services: Services, clock: FrozenClock, url: str) -> None:
+    rng = random.Random(args.seed)
+    started = time.perf_counter()
+    world = build_world(rng, args.cards, args.purchases, args.merchants)
+    box = SecretBox(services.settings.resolved_secret_key)
+    with services.db.session() as session:
+        issuers = [
+            create_partner(
+                session, box, name=f"Bank {i}", roles=[PartnerRole.CARD_ISSUER], now=clock.now()
+            )
+            for i in range(3)
+        ]
+        merchant = create_partner(
+            session, box, name="PSP", roles=[PartnerRole.MERCHANT], now=clock.now()
+        )
+    enrol_cards(services, world, [i.partner.id for i in issuers])
+    print(
+        f"world: {len(world.cards):,} cards, {len(world.merchants)} merchants, "
+        f"{len(world.purchases):,} purchases ({time.perf_counter() - started:.1f} s to build)"
+    )
+    events = events_of(rng, world)
+    skews = {
+        id(p): timedelta(seconds=rng.uniform(-90, 90))
+        for pu in world.purchases
+        for p in pu.payments
+    }
+    receipt_of: dict[str, Purchase] = {}
+    latencies: dict[str, list[float]] = {"receipt": [], "auth": [], "clearing": []}
+    merchant_headers = {"Authorization": f"Token {merchant.api_key}"}
+    issuer_headers = [{"Authorization": f"Token {i.api_key}"} for i in issuers]
+    next_settle = DAY
+    posting = time.perf_counter()
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for number, event in enumerate(events):
+            clock.set(event.at)
+            if event.at >= next_settle:
+                settle_due_matches(services)
+                next_settle = event.at + timedelta(seconds=30)
+            t0 = time.perf_counter()
+            if event.kind == "receipt":
+                answer = client.post(
+                    "/api/v1/receipts/",
+                    json=receipt_body(event.purchase, number),
+                    headers=merchant_headers,
+                )
+                assert answer.status_code == 200, answer.text
+                receipt_of[answer.json()["receipt_id"]] = event.purchase
+            else:
+                assert event.payment is not None
+                body = transaction_body(rng, world, event, skews[id(event.payment)])
+                issuer = event.payment.shopper.issuer
+                answer = client.post(
+                    "/api/v1/card-transactions/", json=body, headers=issuer_headers[issuer]
+                )
+                assert answer.status_code == 200, answer.text
+            latencies[event.kind].append((time.perf_counter() - t0) * 1000)
+    clock.set(max(e.at for e in events) + timedelta(days=8))
+    while settle_due_matches(services):
+        pass
+    elapsed = time.perf_counter() - posting
+    report(services, world, receipt_of, latencies, elapsed, len(events))
+
+
+def report(
+    services: Services,
+    world: World,
+    receipt_of: dict[str, Purchase],
+    latencies: dict[str, list[float]],
+    elapsed: float,
+    n_events: int,
+) -> None:
+    card_index = {card_id: i for i, card_id in enumerate(world.card_ids)}
+    with services.db.session(write=False) as session:
+        matches = session.execute(
+            select(CardMatch.receipt_id, CardPaymentRecord.payment_index, CardMatch.card_id).join(
+                CardPaymentRecord, CardPaymentRecord.id == CardMatch.payment_id
+            )
+        ).all()
+    matched: dict[tuple[str, int], int | None] = {
+        (str(r), i): card_index.get(c) for r, i, c in matches
+    }
+    total = matchable = correct = wrong = unenrolled_payments = 0
+    for receipt_id, purchase in receipt_of.items():
+        for index, payment in enumerate(purchase.payments):
+            total += 1
+            truth = payment.shopper.card_index
+            got = matched.get((receipt_id, index), -1)
+            if truth is None:
+                unenrolled_payments += 1
+            elif not payment.lost:
+                matchable += 1
+            if got == -1:
+                continue
+            if got == truth:
+                correct += 1
+            else:
+                wrong += 1
+    precision = 100.0 * correct / (correct + wrong) if correct + wrong else 100.0
+    recall = 100.0 * correct / matchable if matchable else 100.0
+    print(
+        f"receipt card payments: {total:,} ({unenrolled_payments:,} by cards nobody enrolled, "
+        f"{matchable:,} matchable)"
+    )
+    print(f"matches: {correct + wrong:,}   wrong: {wrong}")
+    print(f"precision: {precision:.2f} %   recall (matchable): {recall:.2f} %")
+    print(
+        f"requests: {n_events:,} in {elapsed:.1f} s   ({n_events / elapsed:.0f} req/s, "
+        f"{(correct + wrong) / elapsed:.0f} matches/s)"
+    )
+    for kind, values in latencies.items():
+        if values:
+            p50, p99 = statistics.median(values), percentile(values, 0.99)
+            print(f"  HTTP POST {kind:<8} p50 {p50:6.1f} ms   p99 {p99:6.1f} ms")
+    for trigger in ("receipt", "transaction", "settle"):
+        count, mean, p99_bound = matching_stats(trigger, {})
+        if count:
+            print(
+                f"  matching on {trigger:<11} {count:>6,} runs   mean {mean * 1000:6.2f} ms   "
+                f"p99 ≤ {p99_bound * 1000:5.1f} ms (histogram bucket)"
+            )
+
+
+def histogram_snapshot(trigger: str) -> dict[str, float]:
+    """The matching-time histogram's cumulative buckets, sum and count for one trigger."""
+    values: dict[str, float] = {}
+    for metric in CARD_MATCHING_SECONDS.collect():
+        for sample in metric.samples:
+            if sample.labels.get("trigger") != trigger:
+                continue
+            if sample.name.endswith("_bucket"):
+                values[f"le:{sample.labels['le']}"] = sample.value
+            elif sample.name.endswith("_sum"):
+                values["sum"] = sample.value
+            elif sample.name.endswith("_count"):
+                values["count"] = sample.value
+    return values
+
+
+def matching_stats(trigger: str, before: dict[str, float]) -> tuple[int, float, float]:
+    """Runs, mean seconds and the bucket bound under which 99 % fell, since ``before``."""
+    after = histogram_snapshot(trigger)
+    count = after.get("count", 0.0) - before.get("count", 0.0)
+    if count <= 0:
+        return 0, 0.0, 0.0
+    mean = (after.get("sum", 0.0) - before.get("sum", 0.0)) / count
+    bound = float("inf")
+    for key in sorted((k for k in after if k.startswith("le:")), key=lambda k: float(k[3:])):
+        if after[key] - before.get(key, 0.0) >= 0.99 * count:
+            bound = float(key[3:])
+            break
+    return int(count), mean, bound
+
+
+# -- cost per receipt at 10k vs 1M stored transactions -----------------------------------------
+
+
+def run_scale(args: argparse.Namespace, services: Services, clock: FrozenClock, url: str) -> None:
+    """Bulk-insert transactions (and waiting payments) straight into the tables — posting a
+    million over HTTP would take an hour — then post receipts over HTTP and time them."""
+    rng = random.Random(args.seed + 1)
+    box = SecretBox(services.settings.resolved_secret_key)
+    now = DAY + timedelta(days=6)
+    clock.set(now)
+    with services.db.session() as session:
+        issuer = create_partner(
+            session, box, name="Scale Bank", roles=[PartnerRole.CARD_ISSUER], now=now
+        )
+        merchant = create_partner(
+            session, box, name="Scale PSP", roles=[PartnerRole.MERCHANT], now=now
+        )
+        card_ids = session.scalars(select(Card.id).limit(20000)).all()
+        cards = {c.id: c for c in session.scalars(select(Card).where(Card.id.in_(card_ids[:2000])))}
+    del issuer
+    card_list = list(cards.values())
+    stored = 0
+    print("cost of matching one receipt (HTTP POST of a receipt whose transaction is stored):")
+    for target in args.scale_points:
+        _bulk_transactions(services, rng, card_list, target - stored, now)
+        stored = target
+        timings = []
+        before = histogram_snapshot("receipt")
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for n in range(args.scale_receipts):
+                card = rng.choice(card_list)
+                paid_at = now - timedelta(minutes=rng.uniform(0, 600))
+                code_ = f"S{stored}-{n}"
+                amount = rng.randint(100, 50000)
+                with services.db.session() as session:
+                    purchase = CardPurchase(
+                        id=uuid.uuid4(),
+                        card_id=card.id,
+                        merchant_id="MIDSCALE",
+                        merchant_name="Scale",
+                        authorization_code=code_,
+                        reference_number=None,
+                        created_at=now,
+                    )
+                    session.add(purchase)
+                    session.flush()
+                    session.add(
+                        CardTransaction(
+                            id=uuid.uuid4(),
+                            card_id=card.id,
+                            purchase_id=purchase.id,
+                            transaction_type="auth",
+                            amount=amount,
+                            currency="EUR",
+                            occurred_at=paid_at,
+                            merchant_id="MIDSCALE",
+                            merchant_name="Scale",
+                            reference_number=None,
+                            authorization_code=code_,
+                            pan_last4=card.pan_last4,
+                            created_at=now,
+                        )
+                    )
+                purchase_doc = Purchase(
+                    Merchant("Scale", "MIDSCALE", "grocer", 1),
+                    [
+                        Payment(
+                            Shopper(card.pan_first6, card.pan_last4, 0, 0),
+                            amount,
+                            paid_at,
+                            code_,
+                            "0",
+                        )
+                    ],
+                )
+                body = receipt_body(purchase_doc, n)
+                body["payments"][0]["attributes"]["authorizationCode"] = code_
+                t0 = time.perf_counter()
+                answer = client.post(
+                    "/api/v1/receipts/",
+                    json=body,
+                    headers={"Authorization": f"Token {merchant.api_key}"},
+                )
+                timings.append((time.perf_counter() - t0) * 1000)
+                assert answer.status_code == 200, answer.text
+        with services.db.session(write=False) as session:
+            count = session.scalar(text("SELECT count(*) FROM card_transactions"))
+            waiting = session.scalar(text("SELECT count(*) FROM card_payments"))
+        runs, mean, p99_bound = matching_stats("receipt", before)
+        p50, p99 = statistics.median(timings), percentile(timings, 0.99)
+        print(
+            f"  {count:>10,} transactions, {waiting:>7,} stored payments: matching mean "
+            f"{mean * 1000:5.2f} ms, p99 ≤ {p99_bound * 1000:4.1f} ms ({runs} receipts); "
+            f"whole POST p50 {p50:5.1f} ms, p99 {p99:5.1f} ms"
+        )
+    if services.db.dialect == "sqlite":
+        with services.db.session(write=False) as session:
+            plan = session.execute(
+                text(
+                    "EXPLAIN QUERY PLAN SELECT * FROM card_transactions WHERE merchant_id='M' "
+                    "AND amount=1 AND pan_last4='1234' AND occurred_at >= '2026-01-01' "
+                    "AND occurred_at <= '2026-01-02'"
+                )
+            ).all()
+        print("  query plan of the candidate lookup:", "; ".join(str(r[-1]) for r in plan))
+
+
+def _bulk_transactions(
+    services: Services, rng: random.Random, cards: list[Card], count: int, now: datetime
+) -> None:
+    """``count`` transactions (auths and clearings, each its own purchase) over the last seven
+    days at 5,000 merchant ids."""
+    batch = 20000
+    done = 0
+    while done < count:
+        size = min(batch, count - done)
+        purchases, txns = [], []
+        for _ in range(size):
+            card = rng.choice(cards)
+            pid = uuid.uuid4()
+            mid = f"MIDB{rng.randrange(5000):05d}"
+            at = now - timedelta(seconds=rng.uniform(0, 7 * 86400))
+            amount = rng.randint(100, 50000)
+            purchases.append(
+                {
+                    "id": pid,
+                    "card_id": card.id,
+                    "merchant_id": mid,
+                    "merchant_name": "B",
+                    "authorization_code": None,
+                    "reference_number": None,
+                    "payment_id": None,
+                    "created_at": now,
+                }
+            )
+            txns.append(
+                {
+                    "id": uuid.uuid4(),
+                    "card_id": card.id,
+                    "purchase_id": pid,
+                    "transaction_type": rng.choice(("auth", "clearing")),
+                    "amount": amount,
+                    "currency": "EUR",
+                    "occurred_at": at,
+                    "merchant_id": mid,
+                    "merchant_name": "B",
+                    "reference_number": None,
+                    "authorization_code": None,
+                    "pan_last4": card.pan_last4,
+                    "created_at": now,
+                }
+            )
+        with services.db.session() as session:
+            session.execute(insert(CardPurchase), purchases)
+            session.execute(insert(CardTransaction), txns)
+        done += size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="10,000 cards, 1,500 purchases")
+    parser.add_argument("--cards", type=int, default=100_000)
+    parser.add_argument("--purchases", type=int, default=12_000)
+    parser.add_argument("--merchants", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--scale", action="store_true", help="also measure 10k vs 1M transactions")
+    parser.add_argument("--scale-receipts", type=int, default=300)
+    args = parser.parse_args()
+    if args.quick:
+        args.cards, args.purchases, args.merchants = 10_000, 1_500, 80
+        args.scale_points = [10_000, 100_000]
+    else:
+        args.scale_points = [10_000, 1_000_000]
+    clock = FrozenClock(DAY)
+    with tempfile.TemporaryDirectory() as tmp:
+        services, pg_name = make_services(args.database, Path(tmp), clock)
+        try:
+            with Server(services) as server:
+                print(f"database: {services.db.dialect}")
+                run_world(args, services, clock, server.url)
+                if args.scale:
+                    run_scale(args, services, clock, server.url)
+        finally:
+            services.db.dispose()
+            if pg_name is not None:
+                with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+                    admin.execute(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()
