@@ -3,6 +3,9 @@ from, so page and PDF agree) plus the page's own parts (language switch, actions
 
 from __future__ import annotations
 
+import threading
+import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -14,7 +17,7 @@ from kuitti.delivery.texts import page_text
 from kuitti.i18n import LANGUAGE_NAMES, LANGUAGES, Language, negotiate_locale
 from kuitti.models import Receipt, ReceiptDelivery, User
 from kuitti.receipts.formats.codes import svg
-from kuitti.receipts.view import build_view
+from kuitti.receipts.view import ReceiptView, build_view
 
 # Past this many rows the rest sit behind a "show all rows" disclosure.
 LONG_LIST_ROWS = 60
@@ -47,6 +50,49 @@ class LinkPage:
         return f"{self.path}/pdf" + (f"?lang={lang}" if lang else "")
 
 
+class _ViewCache:
+    """The view model and attachment SVGs of recently shown receipts, per language.
+
+    A stored receipt never changes, so an entry never goes stale; building the view of a long
+    receipt costs far more than rendering the template, and a link is often opened repeatedly
+    (the till, the phone, the e-mail). Bounded, least recently used out, thread-safe."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[uuid.UUID, Language], _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[uuid.UUID, Language]) -> _Entry | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: tuple[uuid.UUID, Language], entry: _Entry) -> None:
+        with self._lock:
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+
+_Entry = tuple[ReceiptView, list[str | None]]
+VIEW_CACHE_ENTRIES = 256
+_views = _ViewCache(VIEW_CACHE_ENTRIES)
+
+
+def _rendered_view(receipt: Receipt, language: Language) -> _Entry:
+    key = (receipt.id, language)
+    entry = _views.get(key)
+    if entry is None:
+        view = build_view(receipt.document, locale=language.value)
+        codes = [svg(a.symbology, a.data, scale=4, title=a.title) for a in view.attachments]
+        entry = (view, codes)
+        _views.put(key, entry)
+    return entry
+
+
 def page_language(request: Request, lang: str | None) -> Language:
     """``?lang=`` when it names one of ours, else the browser's ``Accept-Language``."""
     if lang:
@@ -69,8 +115,7 @@ def page_context(
     language = page_language(request, lang)
     chosen = language.value if lang else None
     owned = user is not None and session.get(ReceiptDelivery, (user.id, receipt.id)) is not None
-    view = build_view(receipt.document, locale=language.value)
-    codes = [svg(a.symbology, a.data, scale=4, title=a.title) for a in view.attachments]
+    view, codes = _rendered_view(receipt, language)
 
     def t(key: str, **values: str) -> str:
         return page_text(key, language.value, **values)

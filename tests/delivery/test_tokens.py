@@ -25,6 +25,7 @@ from tests.delivery.support import (
     webhooks,
 )
 from tests.factories import (
+    auth,
     make_partner,
     make_user,
     receipt_doc,
@@ -282,6 +283,42 @@ class TestCardToken:
         )
         response = post_receipt(client, merchant, body)
         assert [t["status"] for t in statuses(response)] == ["unmatched", "unmatched"]
+
+    def test_the_issuer_may_then_read_the_receipt(
+        self, client: httpx.Client, services: Services, merchant: NewPartner, user: User
+    ) -> None:
+        issuer = make_partner(
+            services, PartnerRole.CARD_ISSUER, name="Pankki", namespaces=["pankki"]
+        )
+        enroll_card(services, issuer, "card-77", user_id=user.id)
+        token = {"type": "CARD", "id": "card-77", "value": "************1234"}
+        receipt_id = post_receipt(client, merchant, token_body(receipt_doc(), token)).json()[
+            "receipt_id"
+        ]
+        fetched = client.get(
+            f"/api/v1/receipts/{receipt_id}/service_json/", headers=auth(issuer.api_key)
+        )
+        assert fetched.status_code == 200
+
+    def test_pan_must_agree_and_namespace_names_the_issuer(
+        self, client: httpx.Client, services: Services, merchant: NewPartner, user: User
+    ) -> None:
+        first = make_partner(
+            services, PartnerRole.CARD_ISSUER, name="Pankki", namespaces=["pankki"]
+        )
+        second = make_partner(
+            services, PartnerRole.CARD_ISSUER, name="Toinen", namespaces=["toinen"]
+        )
+        enroll_card(services, first, "card-1", user_id=user.id)
+        enroll_card(services, second, "card-1", masked_pan="520000******9999")
+        body = token_body(
+            receipt_doc(),
+            {"type": "CARD", "id": "card-1", "value": "415301******1234"},  # ambiguous id
+            {"type": "CARD", "id": "card-1", "value": "415301******9999", "namespace": "pankki"},
+            {"type": "CARD", "id": "card-1", "value": "415301******1234", "namespace": "pankki"},
+        )
+        response = post_receipt(client, merchant, body)
+        assert [t["status"] for t in statuses(response)] == ["unmatched", "unmatched", "delivered"]
 
     @pytest.mark.parametrize(
         "token",
