@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from pathlib import Path
 
 import httpx
 import pytest
@@ -12,6 +14,7 @@ from kuitti.delivery.mail import send_due_mail
 from kuitti.deps import Services
 from kuitti.models import User, UserSession
 from kuitti.users.sessions import SESSION_COOKIE, safe_next
+from tests.conftest import LiveServer, free_port, make_settings
 from tests.factories import make_user
 from tests.oauth.flow import csrf_of, log_in
 from tests.users.conftest import Inbox
@@ -157,3 +160,40 @@ class TestSignup:
         assert signup(client, "new@example.com", "short").status_code == 400
         with services.db.session(write=False) as session:
             assert session.scalar(select(func.count()).select_from(User)) == 1
+
+
+class TestSecureCookies:
+    def test_cookies_are_secure_when_the_pages_are_https(
+        self, services: Services, tmp_path: Path
+    ) -> None:
+        settings = make_settings(
+            services.settings.database_url or "",
+            tmp_path,
+            services.settings.public_url,
+            auth_url="https://kuitti.example",
+        )
+        https_services = dataclasses.replace(services, settings=settings)
+        make_user(services, "maija@example.com")
+        with (
+            LiveServer(https_services, free_port()) as server,
+            httpx.Client(base_url=server.url) as http,
+        ):
+            page = http.get("/login")
+            assert "Secure" in page.headers["set-cookie"]  # the CSRF cookie
+            # httpx keeps Secure cookies away from http://; hand the CSRF cookie over.
+            http.cookies.set("kuitti_csrf", csrf_of(page))
+            answer = http.post(
+                "/login",
+                data={
+                    "email": "maija@example.com",
+                    "password": "correct horse 1",
+                    "action": "login",
+                    "next": "/account",
+                    "csrf_token": csrf_of(page),
+                },
+            )
+            assert answer.status_code == 303
+            session_cookie = next(v for k, v in answer.headers.multi_items() if k == "set-cookie")
+            assert session_cookie.startswith(f"{SESSION_COOKIE}=")
+            assert "Secure" in session_cookie
+            assert "HttpOnly" in session_cookie
