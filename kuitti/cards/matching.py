@@ -58,6 +58,7 @@ from kuitti.models.cards import (
     PaymentStatus,
     TransactionType,
 )
+from kuitti.receipts.schema import CardPayment
 from kuitti.receipts.schema import Receipt as ReceiptDocument
 from kuitti.receipts.validation import card_payments
 from kuitti.webhooks.events import NotificationType, enqueue
@@ -119,7 +120,7 @@ def _record(
     receipt: Receipt,
     document: ReceiptDocument,
     index: int,
-    payment: Any,
+    payment: CardPayment,
     now: datetime,
 ) -> CardPaymentRecord:
     attrs = payment.attributes

@@ -192,3 +192,32 @@ class TestWindows:
         assert world.owners(world.receipt(authorizationCode="OTHER1", timeStamp=None)) == {
             world.user.id
         }
+
+
+class TestUnmatchable:
+    def test_a_payment_without_mid_is_recorded_as_unmatchable(self, world: World) -> None:
+        world.enroll()
+        world.transaction(authorization_code=AUTH_CODE)
+        receipt = world.receipt(MID=None)
+        [payment] = world.explain(receipt)["card_payments"]
+        assert payment["status"] == "unmatchable"
+        assert "MID" in payment["reason"]["detail"]
+        assert world.owners(receipt) == set()
+
+    def test_a_masked_pan_without_last_four_is_unmatchable(self, world: World) -> None:
+        world.enroll()
+        world.transaction(authorization_code=AUTH_CODE)
+        receipt = world.receipt(maskedPAN="415301**********")
+        assert world.explain(receipt)["card_payments"][0]["status"] == "unmatchable"
+
+    def test_a_receipt_without_card_payments_has_nothing_to_match(self, world: World) -> None:
+        from tests.factories import receipt_doc
+
+        doc = receipt_doc(payments=[{"type": "CASH", "amount": 849}])
+        receipt = world.receipt(doc)
+        assert world.explain(receipt)["card_payments"] == []
+
+    def test_another_currency_never_fits(self, world: World) -> None:
+        world.enroll()
+        world.transaction(authorization_code=AUTH_CODE, currency="SEK")
+        assert world.owners(world.receipt()) == set()
