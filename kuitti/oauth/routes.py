@@ -8,8 +8,9 @@ from typing import Annotated, Any
 from urllib.parse import parse_qs
 
 import orjson
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Depends, Header, Request
 from sqlalchemy.orm import Session
+from starlette.datastructures import FormData
 from starlette.responses import Response
 
 from kuitti.deps import RawBody, ReadSession, ServicesDep, WriteSession
@@ -92,11 +93,19 @@ def authorize_page(request: Request, session: ReadSession, user: CurrentUser) ->
     return _consent_page(request, auth, user)
 
 
+async def _read_form(request: Request) -> FormData:
+    """The posted form, read in the event loop; the handlers using it run in the thread pool
+    (their database work is synchronous)."""
+    return await request.form(max_files=0, max_fields=50)
+
+
+PostedForm = Annotated[FormData, Depends(_read_form)]
+
+
 @router.post("/auth", include_in_schema=False)
-async def authorize_decision(
-    request: Request, services: ServicesDep, user: RequireUser
+def authorize_decision(
+    request: Request, services: ServicesDep, user: RequireUser, form: PostedForm
 ) -> Response:
-    form = await request.form()
     check_csrf(request, _form_str(form.get("csrf_token")))
     params: dict[str, list[str]] = {}
     for key in oauth.AUTH_PARAMETERS:
@@ -341,8 +350,9 @@ def membership_page(
 
 
 @router.post("/membership", include_in_schema=False)
-async def membership_submit(request: Request, services: ServicesDep, user: RequireUser) -> Response:
-    form = await request.form()
+def membership_submit(
+    request: Request, services: ServicesDep, user: RequireUser, form: PostedForm
+) -> Response:
     check_csrf(request, _form_str(form.get("csrf_token")))
     action = _form_str(form.get("action"))
     chosen = [v for v in form.getlist("scope") if isinstance(v, str)]
