@@ -74,3 +74,16 @@ CARD_MATCHES = Counter(
     "code or reference number; keys: after the auth window; masked_pan: a pilot card)",
     ["strength"],
 )
+
+# OAuth and service users (kuitti/oauth/, kuitti/users/)
+OAUTH_TOKEN_REQUESTS = Counter(
+    "kuitti_oauth_token_requests_total",
+    "Token endpoint answers: issued, or the RFC 6749 error code",
+    ["result"],
+)
+OAUTH_DECISIONS = Counter(
+    "kuitti_oauth_consent_decisions_total", "Consent page decisions", ["decision"]
+)
+LOGINS = Counter(
+    "kuitti_logins_total", "Login attempts by result: ok, failed or throttled", ["result"]
+)

@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from kuitti.deps import RawBody, ReadSession, ServicesDep, WriteSession
 from kuitti.errors import NotFound, Unauthorized
+from kuitti.metrics import OAUTH_DECISIONS, OAUTH_TOKEN_REQUESTS
 from kuitti.models import Connection, Partner, User
 from kuitti.oauth import keys
 from kuitti.oauth import service as oauth
@@ -120,6 +121,8 @@ def authorize_decision(
             return _error_page(request, str(exc))
         except oauth.RedirectableError as exc:
             return redirect(request, exc.location())
+        if decision in ("approve", "deny"):
+            OAUTH_DECISIONS.labels(decision).inc()
         match decision:
             case "approve":
                 fresh = session.get(User, user.id)
@@ -192,7 +195,9 @@ def token(
         )
     except oauth.OAuthError as exc:
         # The session still commits: a replayed code's revocation must stick.
+        OAUTH_TOKEN_REQUESTS.labels(exc.error).inc()
         return _token_error(exc)
+    OAUTH_TOKEN_REQUESTS.labels("issued").inc()
     return ORJSONResponse(result.as_json(), headers=NO_STORE)
 
 

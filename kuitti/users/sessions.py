@@ -20,6 +20,7 @@ from starlette.responses import Response
 
 from kuitti.deps import ServicesDep, WriteSession
 from kuitti.errors import KuittiError
+from kuitti.metrics import LOGINS
 from kuitti.models import User
 from kuitti.users import service as users
 from kuitti.web import check_csrf, render, set_page_headers
@@ -187,6 +188,7 @@ def _submit(
                 session, email, password, client=client_address(request), now=now
             )
         except users.LoginThrottled as exc:
+            LOGINS.labels("throttled").inc()
             return account_form(
                 request,
                 mode="login",
@@ -195,6 +197,7 @@ def _submit(
                 email=email,
                 status_code=429,
             )
+        LOGINS.labels("ok" if found else "failed").inc()
         if found is None:
             return account_form(
                 request,

@@ -148,6 +148,10 @@ class TestEndpointsAsDocumented:
         assert body["token_type"] == "Bearer"
         assert body["scope"] == "receipt:read"
         assert body["access_token"].count(".") == 2
+        metrics = client.get("/metrics").text
+        assert 'kuitti_oauth_token_requests_total{result="issued"}' in metrics
+        assert 'kuitti_oauth_consent_decisions_total{decision="approve"}' in metrics
+        assert 'kuitti_logins_total{result="ok"}' in metrics
 
     def test_reapproving_keeps_the_service_id_and_updates_scope(
         self, client: httpx.Client, services: Services
