@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kuitti.deps import Services
 from kuitti.models import User
 from kuitti.partners.service import NewPartner
+from tests.conftest import LiveServer
 from tests.delivery.support import make_merchant
 from tests.factories import make_user
 
@@ -19,3 +22,12 @@ def merchant(services: Services) -> NewPartner:
 @pytest.fixture
 def user(services: Services) -> User:
     return make_user(services, "maija@example.com")
+
+
+@pytest.fixture(autouse=True)
+def fresh_link_rate_limit(live_server: LiveServer) -> None:
+    """Every test starts at the same frozen minute, so the shared server's per-client link limit
+    would otherwise count requests across tests."""
+    app: Any = live_server.server.config.app
+    if hasattr(app.state, "link_rate_limiter"):
+        del app.state.link_rate_limiter
