@@ -43,10 +43,10 @@ def refusal_reason(address: IPAddress) -> str | None:
     for flag, name in (
         (address.is_loopback, "a loopback"),
         (address.is_link_local, "a link-local"),
-        (address.is_private, "a private"),
         (address.is_multicast, "a multicast"),
         (address.is_unspecified, "an unspecified"),
         (address.is_reserved, "a reserved"),
+        (address.is_private, "a private"),
         (not address.is_global, "a non-public"),
     ):
         if flag:
