@@ -89,6 +89,8 @@ def receivers_main(count: int) -> None:
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
+        except asyncio.CancelledError:  # shutting down
+            return
         finally:
             writer.close()
 
@@ -233,7 +235,8 @@ def run_configuration(
     )
     worker_procs: list[subprocess.Popen[str]] = []
     try:
-        assert receivers.stdout is not None and receivers.stdin is not None
+        assert receivers.stdout is not None
+        assert receivers.stdin is not None
         ports = json.loads(_readline(receivers.stdout, 30))
         box = SecretBox(SECRET)
         with services.db.session() as session:
@@ -293,7 +296,8 @@ def run_configuration(
             return committed
 
         def phase(name: str, count: int, batch: int, rate: float | None) -> PhaseResult:
-            assert receivers.stdin is not None and receivers.stdout is not None
+            assert receivers.stdin is not None
+            assert receivers.stdout is not None
             receivers.stdin.write(f"expect {count}\n")
             receivers.stdin.flush()
             committed = write(count, batch, rate)
