@@ -397,7 +397,7 @@ class Matcher:
         card_fits = next(iter(by_card.values()))
         strong = [f for f in card_fits if f.strong]
         if strong:
-            self._match(record, _best(strong), len(fits), at_once=True)
+            self._match(record, _best(strong), fits, at_once=True)
             return
         settle_at = record.paid_at + AUTH_WINDOW
         if self.now < settle_at:
@@ -424,7 +424,7 @@ class Matcher:
                     rivals=[str(r.receipt_id) for r in rivals],
                 )
                 return
-        self._match(record, _best(card_fits), len(fits), at_once=False)
+        self._match(record, _best(card_fits), fits, at_once=False)
 
     def _claimants(
         self, record: CardPaymentRecord, card_fits: list[Fit]
@@ -463,7 +463,7 @@ class Matcher:
         record.reason = reason
 
     def _match(
-        self, record: CardPaymentRecord, chosen: Fit, considered: int, *, at_once: bool
+        self, record: CardPaymentRecord, chosen: Fit, fits: list[Fit], *, at_once: bool
     ) -> None:
         card = chosen.card
         record.status = PaymentStatus.MATCHED.value
@@ -474,7 +474,7 @@ class Matcher:
             if at_once
             else "after the auth window closed, as the only fitting card"
         )
-        explanation["fits_considered"] = considered
+        explanation["fits_considered"] = len(fits)
         explanation["paid_at"] = _iso(record.paid_at)
         if chosen.purchase is not None:
             chosen.purchase.payment_id = record.id
@@ -498,9 +498,14 @@ class Matcher:
         strength = "masked_pan" if chosen.purchase is None else ("code" if at_once else "keys")
         CARD_MATCHES.labels(strength).inc()
         self._deliver(record, chosen)
-        # The purchase is taken: payments that counted it as a candidate may now be decided.
-        if chosen.purchase is not None:
-            for txn in self.purchase_transactions(chosen.purchase.id):
+        # The purchase is taken, and this payment no longer contests the others it fitted:
+        # payments that counted either may now be decided.
+        seen: set[uuid.UUID] = set()
+        for item in fits:
+            if item.purchase is None or item.purchase.id in seen:
+                continue
+            seen.add(item.purchase.id)
+            for txn in self.purchase_transactions(item.purchase.id):
                 for other in self.waiting_for(txn):
                     self.evaluate(other)
 
