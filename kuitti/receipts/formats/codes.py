@@ -205,22 +205,26 @@ def png(symbology: Symbology, data: str, *, scale: int = 4) -> bytes | None:
 
 def draw(canvas: Any, modules: CodeModules, x: float, y: float, module_size: float) -> None:
     """Draw ``modules`` on a reportlab canvas as vector rectangles, quiet zone included, with
-    the lower-left corner at (x, y)."""
+    the lower-left corner at (x, y).
+
+    The rectangles are written in module units under one scaling transform, so every
+    coordinate is a small integer: the content stream stays compact and fast to write."""
     q = modules.quiet
-    path = canvas.beginPath()
+    ops: list[str] = []
     if modules.linear:
-        bar_height = modules.height * module_size
+        height = modules.height
         for start, length in _runs(modules.rows[0]):
-            path.rect(x + (start + q) * module_size, y, length * module_size, bar_height)
+            ops.append(f"{start + q} 0 {length} {height} re")
     else:
         size = len(modules.rows)
         for row_index, row in enumerate(modules.rows):
-            top = y + (size + q - row_index - 1) * module_size
+            bottom = size + q - row_index - 1
             for start, length in _runs(row):
-                path.rect(x + (start + q) * module_size, top, length * module_size, module_size)
+                ops.append(f"{start + q} {bottom} {length} 1 re")
     canvas.saveState()
+    canvas.transform(module_size, 0, 0, module_size, x, y)
     canvas.setFillColorRGB(0, 0, 0)
-    canvas.drawPath(path, stroke=0, fill=1)
+    canvas.addLiteral(" ".join(ops) + " f")
     canvas.restoreState()
 
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from babel.numbers import format_decimal
+from babel.numbers import get_decimal_symbol, get_group_symbol
 from lxml import etree
 
 from kuitti.i18n import Language, as_language, translate
@@ -219,36 +218,45 @@ class _Writer:
             margin_bottom=44 + FOOTER_HEIGHT,
         )
 
+        self.decimal = get_decimal_symbol(locale.value)
+        self.group = get_group_symbol(locale.value)
+
     def t(self, key: str) -> str:
         return translate(key, self.locale)
 
-    def amount(self, value: str | None) -> str:
-        """A Finvoice amount (``1234,50``) in the language's number style (``1 234,50``)."""
+    def number(self, value: str | None, *, min_decimals: int = 0) -> str:
+        """A Finvoice number (``-1234,50``) in the language's style (``-1 234,50``).
+
+        Pure string work on the digits as written (they are exact decimals already): no float,
+        and fast enough for hundreds of cells."""
         if value is None:
             return ""
-        try:
-            number = Decimal(value.replace(",", "."))
-        except InvalidOperation:
+        text = value.strip()
+        sign = ""
+        if text.startswith("-"):
+            sign, text = "-", text[1:]
+        whole, _, fraction = text.replace(".", ",").partition(",")
+        if not whole.isdigit() or (fraction and not fraction.isdigit()):
             return value
-        return format_decimal(number, "#,##0.00###", locale=self.locale.value)
+        fraction = fraction.rstrip("0").ljust(min_decimals, "0") if min_decimals else fraction
+        groups: list[str] = []
+        while len(whole) > 3:
+            groups.insert(0, whole[-3:])
+            whole = whole[:-3]
+        groups.insert(0, whole)
+        result = self.group.join(groups)
+        if fraction:
+            result = f"{result}{self.decimal}{fraction}"
+        return f"{sign}{result}"
+
+    def amount(self, value: str | None) -> str:
+        return self.number(value, min_decimals=2)
 
     def rate(self, value: str | None) -> str:
-        if value is None:
-            return ""
-        try:
-            number = Decimal(value.replace(",", "."))
-        except InvalidOperation:
-            return value
-        return format_decimal(number, "#,##0.###", locale=self.locale.value) + " %"
+        return f"{self.number(value)} %" if value is not None else ""
 
     def quantity(self, value: str | None) -> str:
-        if value is None:
-            return ""
-        try:
-            number = Decimal(value.replace(",", "."))
-        except InvalidOperation:
-            return value
-        return format_decimal(number, "#,##0.######", locale=self.locale.value)
+        return self.number(value)
 
     # ---- sections ----------------------------------------------------------------------------
 
