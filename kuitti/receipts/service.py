@@ -22,7 +22,6 @@ from kuitti import locks
 from kuitti.cards.matching import match_receipt
 from kuitti.config import Settings
 from kuitti.delivery import links
-from kuitti.delivery.service import grant
 from kuitti.delivery.tokens import TokenStatus, deliver_tokens
 from kuitti.errors import Conflict, ErrorDetail, InvalidRequest, NotFound
 from kuitti.models import IdempotencyRecord, Partner, Receipt, ReceiptGrant, ReceiptLink
@@ -207,8 +206,16 @@ def _store(
         created_at=now,
     )
     session.add(receipt)
+    # A new receipt has no grants yet: the poster's needs no existence check.
+    session.add(
+        ReceiptGrant(
+            partner_id=partner.id,
+            receipt_id=receipt.id,
+            receipt_time=receipt.receipt_time,
+            reason="posted",
+        )
+    )
     session.flush()
-    grant(session, receipt, partner.id, "posted")
     for plan in plans:
         assert plan.token.namespace is not None
         session.add(
