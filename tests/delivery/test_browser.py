@@ -207,8 +207,8 @@ class TestLinkPageInBrowser:
 
         page.get_by_role("button", name="Importera till mitt konto").click()
         page.wait_for_url("**/login?next=*")
-        page.get_by_label("E-mail address").fill("uusi@example.com")
-        page.get_by_label("Password").fill("correct horse 1")
+        page.locator("input[name=email]").fill("uusi@example.com")
+        page.locator("input[name=password]").fill("correct horse 1")
         page.locator("button[value=signup]").click()
         page.wait_for_url(link)
         page.get_by_role("button", name="Importera till mitt konto").click()
