@@ -155,6 +155,7 @@ def decimal_amount(value: Decimal, decimals: int = 5) -> str | None:
     return f"{'-' if sign and quantized != 0 else ''}{whole},{fraction}"
 
 
+@lru_cache(maxsize=1024)
 def percent(rate: str) -> str | None:
     """A VAT rate as Finvoice writes it (``25,5``), or None when it cannot be expressed."""
     try:
@@ -168,6 +169,7 @@ def percent(rate: str) -> str | None:
     return f"{whole},{fraction}" if fraction else whole
 
 
+@lru_cache(maxsize=1024)
 def quantity(value: str) -> str | None:
     """A quantity with a decimal comma, at most 14 characters."""
     try:
@@ -208,6 +210,7 @@ def country(value: str) -> tuple[str | None, str | None]:
     return _country_codes().get(stripped.casefold()), text(stripped, 35)
 
 
+@lru_cache(maxsize=1024)
 def vat_code(rate: str, given: str | None) -> str:
     if given and given.strip().upper() in VAT_CODES:
         return given.strip().upper()
@@ -695,6 +698,8 @@ def _sub(parent: _Node, tag: str, attrib: dict[str, str] | None = None) -> _Node
 
 
 def _escape(value: str) -> str:
+    if "&" not in value and "<" not in value and ">" not in value:
+        return value
     return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
