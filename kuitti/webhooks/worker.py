@@ -1,4 +1,5 @@
-"""The delivery worker: sends due webhooks (and e-mails) from the outbox.
+"""The delivery worker: sends due webhooks (and e-mails) from the outbox, and runs the
+card-linking re-check beside them.
 
 One delivery goes through three steps, each usable on its own (tests call them directly):
 
@@ -614,10 +615,12 @@ async def run_worker(
     stop: asyncio.Event,
     *,
     mail: bool = True,
+    settle: bool = True,
     wall_time: WallTime = time.time,
     poll_seconds: float = POLL_SECONDS,
 ) -> None:
-    """Run until ``stop`` is set: webhooks, and e-mail (``send_due_mail`` in a thread).
+    """Run until ``stop`` is set: webhooks, e-mail (``send_due_mail`` in a thread) and the
+    card-linking re-check (``kuitti.cards.matching.run_settler``) side by side.
 
     ``poll_seconds`` bounds how long a retry that fell due, or an event queued by another
     process without PostgreSQL's NOTIFY (SQLite), waits to be noticed."""
@@ -634,6 +637,10 @@ async def run_worker(
         helpers.append(asyncio.create_task(_listen_postgres(services, wake)))
     if mail:
         helpers.append(asyncio.create_task(_mail_loop(services, stop)))
+    if settle:
+        from kuitti.cards.matching import run_settler
+
+        helpers.append(asyncio.create_task(run_settler(services, stop)))
     try:
         await _webhook_loop(services, stop, wake, wall_time, poll_seconds)
     finally:

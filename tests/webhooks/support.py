@@ -118,7 +118,11 @@ class WorkerThread:
             self._stop = asyncio.Event()
             self._ready.set()
             await run_worker(
-                self.services, self._stop, mail=self.mail, poll_seconds=self.poll_seconds
+                self.services,
+                self._stop,
+                mail=self.mail,
+                settle=self.mail,
+                poll_seconds=self.poll_seconds,
             )
 
         try:
