@@ -91,10 +91,12 @@ def serve(
     """Run the service (and, unless --no-worker, the delivery worker in-process)."""
     import uvicorn
 
+    from kuitti.asgi import RUN_WORKER_ENV
+
     open_services()  # validates settings and migrates an embedded database before forking
-    os.environ["KUITTI_INTERNAL_RUN_WORKER"] = "0" if no_worker else "1"
+    os.environ[RUN_WORKER_ENV] = "0" if no_worker else "1"
     uvicorn.run(
-        "kuitti.cli:server_app",
+        "kuitti.asgi:app_from_environment",
         factory=True,
         host=host,
         port=port,
@@ -103,14 +105,6 @@ def serve(
         proxy_headers=True,
         server_header=False,
     )
-
-
-def server_app() -> Any:
-    """The ASGI app that ``kuitti serve`` runs in each server process."""
-    from kuitti.app import create_app
-
-    run_worker = os.environ.get("KUITTI_INTERNAL_RUN_WORKER", "1") == "1"
-    return create_app(settings_or_exit(), run_worker_in_process=run_worker)
 
 
 @app.command()
