@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Header
 
 from kuitti.deps import ServicesDep
-from kuitti.errors import Forbidden, Unauthorized
+from kuitti.errors import Forbidden, Unauthorized, UnsupportedMediaType
 from kuitti.models import Partner, PartnerRole
 from kuitti.partners.service import partner_by_api_key
 
@@ -55,3 +55,23 @@ def _any_partner(
 
 MerchantPartner = Annotated[Partner, Depends(_merchant)]
 KeyPartner = Annotated[Partner, Depends(_any_partner)]
+
+
+async def _service_api_key(
+    service_apikey: Annotated[
+        str | None, Header(alias="SERVICE_APIKEY", convert_underscores=False)
+    ] = None,
+    service_apikey_dashed: Annotated[str | None, Header(alias="Service-Apikey")] = None,
+) -> str | None:
+    # Proxies such as nginx drop header names with underscores by default; both spellings work.
+    return service_apikey or service_apikey_dashed
+
+
+ServiceApiKey = Annotated[str | None, Depends(_service_api_key)]
+"""The partner application key from ``SERVICE_APIKEY`` (or ``Service-Apikey``), if sent."""
+
+
+def require_json(content_type: str | None) -> None:
+    """Refuse a body that is not declared as JSON (415)."""
+    if (content_type or "").split(";")[0].strip().lower() != "application/json":
+        raise UnsupportedMediaType("Send the body as Content-Type: application/json.")

@@ -10,19 +10,15 @@ from fastapi import Depends, Header
 from kuitti.deps import ServicesDep
 from kuitti.errors import Unauthorized
 from kuitti.oauth.bearer import connection_reader
-from kuitti.partners.auth import authenticate_partner
+from kuitti.partners.auth import ServiceApiKey, authenticate_partner
 from kuitti.receipts.service import Reader
 
 
 def _reader(
     services: ServicesDep,
+    app_key: ServiceApiKey,
     authorization: Annotated[str | None, Header()] = None,
-    service_apikey: Annotated[
-        str | None, Header(alias="SERVICE_APIKEY", convert_underscores=False)
-    ] = None,
-    service_apikey_dashed: Annotated[str | None, Header(alias="Service-Apikey")] = None,
 ) -> Reader:
-    app_key = service_apikey or service_apikey_dashed
     if authorization and authorization.lower().startswith("bearer "):
         if not app_key:
             raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")

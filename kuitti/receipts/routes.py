@@ -10,10 +10,10 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import Response
 
 from kuitti.deps import Now, RawBody, ReadSession, ServicesDep
-from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, UnsupportedMediaType
+from kuitti.errors import ErrorDetail, InvalidRequest, NotFound
 from kuitti.i18n import as_language, negotiate_locale
 from kuitti.models import Partner
-from kuitti.partners.auth import MerchantPartner
+from kuitti.partners.auth import MerchantPartner, require_json
 from kuitti.receipts import service
 from kuitti.receipts.formats import DataFormat, etag, render
 from kuitti.receipts.formats.layout import Layout
@@ -62,8 +62,7 @@ def create_receipt(
     content_type: Annotated[str | None, Header()] = None,
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> ORJSONResponse:
-    if (content_type or "").split(";")[0].strip().lower() != "application/json":
-        raise UnsupportedMediaType("Send the receipt as Content-Type: application/json.")
+    require_json(content_type)
     request = parse_receipt_request(body, attachments_enabled=partner.attachments_enabled)
     idempotency = None
     if idempotency_key:
