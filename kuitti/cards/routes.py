@@ -14,10 +14,15 @@ from fastapi import APIRouter, Depends, Header
 
 from kuitti.cards import service
 from kuitti.deps import Now, RawBody, ServicesDep, WriteSession
-from kuitti.errors import ErrorDetail, InvalidRequest, UnsupportedMediaType
+from kuitti.errors import ErrorDetail, InvalidRequest
 from kuitti.models import Partner, PartnerRole
 from kuitti.oauth.bearer import bearer_token, optional_connection
-from kuitti.partners.auth import authenticate_partner, require_role
+from kuitti.partners.auth import (
+    ServiceApiKey,
+    authenticate_partner,
+    require_json,
+    require_role,
+)
 from kuitti.receipts.validation import parse_json
 
 router = APIRouter(prefix="/api/v1", tags=["cards"])
@@ -30,13 +35,10 @@ _AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def _issuer(
     services: ServicesDep,
+    service_apikey: ServiceApiKey,
     authorization: Annotated[str | None, Header()] = None,
-    service_apikey: Annotated[
-        str | None, Header(alias="SERVICE_APIKEY", convert_underscores=False)
-    ] = None,
-    service_apikey_dashed: Annotated[str | None, Header(alias="Service-Apikey")] = None,
 ) -> Partner:
-    key = service_apikey or service_apikey_dashed
+    key = service_apikey
     if key is None and bearer_token(authorization) is None:
         key = authorization
     partner = authenticate_partner(services, key)
@@ -47,8 +49,7 @@ CardIssuer = Annotated[Partner, Depends(_issuer)]
 
 
 def _json_body(body: bytes, content_type: str | None) -> object:
-    if (content_type or "").split(";")[0].strip().lower() != "application/json":
-        raise UnsupportedMediaType("Send the body as Content-Type: application/json.")
+    require_json(content_type)
     return parse_json(body)
 
 
