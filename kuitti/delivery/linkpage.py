@@ -93,6 +93,19 @@ def _rendered_view(receipt: Receipt, language: Language) -> _Entry:
     return entry
 
 
+def language_links(path: str, current: Language) -> list[dict[str, str | bool]]:
+    """The language switch: this page (``path``, already URL-quoted) in each language."""
+    return [
+        {
+            "code": other.value,
+            "name": LANGUAGE_NAMES[other],
+            "href": f"{path}?lang={other.value}",
+            "current": other is current,
+        }
+        for other in LANGUAGES
+    ]
+
+
 def page_language(request: Request, lang: str | None) -> Language:
     """``?lang=`` when it names one of ours, else the browser's ``Accept-Language``."""
     if lang:
@@ -127,15 +140,7 @@ def page_context(
         "codes": codes,
         "long_list": len(view.rows) > LONG_LIST_ROWS,
         "first_rows": LONG_LIST_ROWS,
-        "languages": [
-            {
-                "code": other.value,
-                "name": LANGUAGE_NAMES[other],
-                "href": target.page_path(other.value),
-                "current": other is language,
-            }
-            for other in LANGUAGES
-        ],
+        "languages": language_links(target.path, language),
         "page_path": target.page_path(chosen),
         "pdf_path": target.pdf_path(chosen),
         "user_email": user.email if user else None,

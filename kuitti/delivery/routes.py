@@ -10,14 +10,14 @@ same friendly 404 page. Every answer carries ``X-Robots-Tag: noindex`` and
 from __future__ import annotations
 
 from typing import Annotated
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.responses import Response
 
 from kuitti.delivery import links, qr
-from kuitti.delivery.linkpage import LinkPage, page_context, page_language
+from kuitti.delivery.linkpage import LinkPage, language_links, page_context, page_language
 from kuitti.delivery.ratelimit import RateLimiter
 from kuitti.delivery.service import deliver_to_user
 from kuitti.delivery.texts import page_text
@@ -94,13 +94,21 @@ def _not_found(request: Request, lang: str | None) -> Response:
         request,
         "receipts/message.html",
         {
-            "lang": language,
+            "lang": language.value,
             "title": page_text("not_found.title", language),
             "body": page_text("not_found.body", language),
+            "languages": language_links(_quoted_path(request), language),
+            "language_label": page_text("page.language", language),
         },
         status_code=404,
         headers=LINK_HEADERS,
     )
+
+
+def _quoted_path(request: Request) -> str:
+    """The request path as the client sent it, percent-encoded (for links back to it)."""
+    raw: bytes = request.scope.get("raw_path") or request.url.path.encode()
+    return quote(raw.decode("latin-1"), safe="/%:@!$&'()*+,;=-._~")
 
 
 def _namespace_link_parts(request: Request) -> tuple[str, str, bool] | None:

@@ -27,6 +27,7 @@ _PAGE_MESSAGES: dict[str, tuple[str, str, str]] = {
         "Det här kvittot finns på ditt konto.",
         "This receipt is in your account.",
     ),
+    "page.open_account": ("Avaa tilini", "Öppna mitt konto", "Open my account"),
     "page.print": ("Tulosta", "Skriv ut", "Print"),
     "page.issued_by": ("Myyjä", "Säljare", "Sold by"),
     "page.summary": ("Yhteenveto", "Sammanfattning", "Summary"),

@@ -214,6 +214,7 @@ class TestLinkPageInBrowser:
         page.get_by_role("button", name="Importera till mitt konto").click()
         page.wait_for_url("**imported=1")
         assert "Kvittot finns nu på ditt konto." in page.locator("main").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "receipt-link-imported-phone.png"))
         with services.db.session(write=False) as session:
             from sqlalchemy import select
 
@@ -232,6 +233,8 @@ class TestLinkPageInBrowser:
         assert response is not None
         assert response.status == 404
         assert page.locator("h1").inner_text() == "Kuittia ei löytynyt"
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "receipt-link-404-phone.png"))
         serious = [v for v in axe_violations(page) if v["impact"] in ("serious", "critical")]
         assert serious == []
         page.context.close()
