@@ -94,3 +94,19 @@ class TestExplain:
     def test_unknown_receipt(self, world: World) -> None:
         result = run(world.services, "receipts", "explain", str(uuid.uuid4()))
         assert result.exit_code == 2
+
+
+class TestSettle:
+    def test_settles_a_weak_fit_after_the_auth_window(self, world: World) -> None:
+        world.enroll()
+        world.transaction()
+        world.clock.set(PAID_AT)
+        receipt = world.receipt(authorizationCode=None, referenceNumber=None)
+        assert world.owners(receipt) == set()
+        # settle_due_matches runs in the frozen time; the command itself uses the system clock.
+        world.clock.set(PAID_AT + timedelta(minutes=16))
+        assert world.settle() == 1
+        assert world.owners(receipt) == {world.user.id}
+        result = run(world.services, "card", "settle")
+        assert result.exit_code == 0
+        assert "re-checked" in result.output

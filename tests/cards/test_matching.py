@@ -118,6 +118,21 @@ class TestWeakFit:
         assert world.owners(second) == {world.user.id}
         assert len({m.purchase_id for m in world.matches()}) == 2
 
+    def test_a_contest_ends_when_the_rival_is_matched_elsewhere(self, world: World) -> None:
+        world.enroll()
+        world.transaction()
+        world.clock.set(PAID_AT)
+        first = world.receipt(authorizationCode=None, referenceNumber=None)
+        rival = world.receipt(authorizationCode="R1V4L", referenceNumber=None)
+        world.clock.set(PAID_AT + timedelta(minutes=30))
+        world.settle()
+        assert world.why(first) == "contested"
+        # The rival's own purchase arrives with its code: it is matched there, and the first
+        # receipt is then the only claimant of the first purchase.
+        world.transaction(at=PAID_AT + timedelta(minutes=2), authorization_code="R1V4L")
+        assert world.owners(rival) == {world.user.id}
+        assert world.owners(first) == {world.user.id}
+
 
 class TestWindows:
     def test_auth_window_bounds_are_inclusive(self, world: World) -> None:
