@@ -244,10 +244,13 @@ def revoke(
 
 @router.get("/.well-known/jwks.json", tags=["oauth"], summary="Token signing keys (JWKS)")
 def jwks(services: ServicesDep) -> ORJSONResponse:
-    with services.db.session() as session:
-        # Publish a key before the first token is signed, so clients can cache it.
-        keys.current_key(session, _box(services), now=services.clock.now())
+    with services.db.session(write=False) as session:
         body = keys.jwks(session)
+    if not body["keys"]:
+        # Publish a key before the first token is signed, so clients can cache it.
+        with services.db.session() as session:
+            keys.current_key(session, _box(services), now=services.clock.now())
+            body = keys.jwks(session)
     return ORJSONResponse(body, headers={"Cache-Control": "public, max-age=300"})
 
 

@@ -16,12 +16,13 @@ from email_validator import EmailNotValidError, validate_email
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from kuitti import security
+from kuitti import locks, security
 from kuitti.clock import as_utc
 from kuitti.config import Settings
 from kuitti.delivery.mail import enqueue_mail
 from kuitti.models import (
     Card,
+    CardMatch,
     Connection,
     LoginThrottle,
     Partner,
@@ -172,6 +173,9 @@ def authenticate(
     ``LoginThrottled`` without checking the password when the address or the client has failed
     too often in the current window."""
     keys = _throttle_keys(email, client)
+    for key, _limit in sorted(keys):
+        # Concurrent failures for one key must not both insert its row (PostgreSQL).
+        locks.acquire(session, "login-throttle", key)
     rows = [(_throttle_row(session, key, now), limit) for key, limit in keys]
     if any(row is not None and row.failures >= limit for row, limit in rows):
         raise LoginThrottled("Too many failed attempts; try again in 15 minutes.")
@@ -423,6 +427,7 @@ def delete_account(session: Session, user: User, *, now: datetime) -> None:
         revoke_connection(session, connection, now=now)
     session.execute(delete(ReceiptDelivery).where(ReceiptDelivery.user_id == user.id))
     session.execute(update(Card).where(Card.user_id == user.id).values(user_id=None))
+    session.execute(update(CardMatch).where(CardMatch.user_id == user.id).values(user_id=None))
     session.execute(delete(UserToken).where(UserToken.user_id == user.id))
     end_all_sessions(session, user.id)
     user.email = f"deleted-{user.id}@deleted.invalid"

@@ -330,3 +330,25 @@ class TestKeyRotation:
         assert kids == {new_kid, _parts(old)[0]["kid"]}
         with services.db.session(write=False) as session:
             assert session.scalar(select(func.count()).select_from(SigningKey)) == 2
+
+
+class TestConcurrentExchange:
+    def test_two_simultaneous_exchanges_issue_one_token(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+        from threading import Barrier
+
+        app = make_app(services)
+        code = fresh_code(client, services, app)
+        barrier = Barrier(2)
+
+        def attempt(_: int) -> int:
+            with httpx.Client(base_url=client.base_url) as own:
+                barrier.wait(5)
+                return exchange(own, app, code).status_code
+
+        with ThreadPoolExecutor(2) as pool:
+            statuses = sorted(pool.map(attempt, range(2)))
+        assert statuses == [200, 400]
+        assert tokens_issued(services) == 1
