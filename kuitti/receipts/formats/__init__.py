@@ -174,13 +174,13 @@ def _render(
     name = filename(receipt, fmt)
     match fmt:
         case DataFormat.SERVICE_JSON:
-            return Rendered(receipt.document.encode(), "application/json", name)
+            return Rendered(_utf8(receipt.document), "application/json", name)
         case DataFormat.SERVICE_PDF:
             view = build_view(parse_document(receipt.document), locale=locale)
             content = service_pdf.render_service_pdf(
                 view,
                 layout=layout,
-                document_json=receipt.document.encode(),
+                document_json=_utf8(receipt.document),
                 identity=f"{receipt.id}/{fmt.value}/{layout.value}/{locale}",
             )
             return Rendered(content, "application/pdf", name)
@@ -197,6 +197,11 @@ def _render(
             return Rendered(content, "application/pdf", name)
         case _:
             assert_never(fmt)
+
+
+def _utf8(text: str) -> bytes:
+    # A stored document is valid JSON text; "replace" only matters for a lone surrogate escape.
+    return text.encode("utf-8", errors="replace")
 
 
 def receipt_time(receipt: Receipt) -> datetime:
