@@ -143,6 +143,24 @@ class TestDynamicQrCode:
             response.json()["receipt_id"]
         ]
 
+    def test_an_app_without_a_namespace_gets_no_value(
+        self, client: httpx.Client, services: Services, user: User
+    ) -> None:
+        connected = connect(services, make_app(services, namespaces=[]), user)
+        response = client.post("/api/v1/qr-codes/", headers=connected.app_headers())
+        assert response.status_code == 403
+        assert response.json()["error"] == "no_namespace"
+
+    def test_the_dashed_header_works_too(
+        self, client: httpx.Client, services: Services, user: User
+    ) -> None:
+        connected = connect(services, make_app(services), user)
+        headers = {
+            "Service-Apikey": connected.app.api_key,
+            "Authorization": f"Bearer {connected.access_token}",
+        }
+        assert client.post("/api/v1/qr-codes", headers=headers).status_code == 200
+
     def test_values_are_unique_and_without_slash_twins_differences(
         self, client: httpx.Client, services: Services, user: User
     ) -> None:
