@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
 
@@ -14,6 +14,7 @@ from kuitti.clock import Clock
 from kuitti.config import Settings
 from kuitti.db import Database
 from kuitti.errors import PayloadTooLarge
+from kuitti.partners.cache import PartnerCache
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class Services:
     settings: Settings
     db: Database
     clock: Clock
+    partner_cache: PartnerCache = field(default_factory=PartnerCache, compare=False)
 
 
 async def _services(request: Request) -> Services:

@@ -9,7 +9,8 @@ from fastapi import Depends, Header
 from kuitti.deps import ServicesDep
 from kuitti.errors import Forbidden, Unauthorized, UnsupportedMediaType
 from kuitti.models import Partner, PartnerRole
-from kuitti.partners.service import partner_by_api_key
+from kuitti.partners.service import partner_by_key_digest
+from kuitti.security import hash_secret
 
 
 def api_key_from_header(authorization: str | None) -> str | None:
@@ -28,10 +29,14 @@ def authenticate_partner(services: ServicesDep, authorization: str | None) -> Pa
     key = api_key_from_header(authorization)
     if key is None:
         raise Unauthorized("Send the partner API key as 'Authorization: Token <API_KEY>'.")
-    with services.db.session(write=False) as session:
-        partner = partner_by_api_key(session, key)
+    digest = hash_secret(key)
+    partner = services.partner_cache.get(digest)
     if partner is None:
-        raise Unauthorized("The API key is not valid.")
+        with services.db.session(write=False) as session:
+            partner = partner_by_key_digest(session, digest)
+        if partner is None:
+            raise Unauthorized("The API key is not valid.")
+        services.partner_cache.put(digest, partner)
     return partner
 
 

@@ -111,9 +111,11 @@ def create_partner(
 
 def partner_by_api_key(session: Session, api_key: str) -> Partner | None:
     """Look a partner up by the digest of its key (unique index; no timing leak of the key)."""
-    return session.scalar(
-        select(Partner).where(Partner.api_key_hash == security.hash_secret(api_key))
-    )
+    return partner_by_key_digest(session, security.hash_secret(api_key))
+
+
+def partner_by_key_digest(session: Session, digest: str) -> Partner | None:
+    return session.scalar(select(Partner).where(Partner.api_key_hash == digest))
 
 
 def list_partners(session: Session) -> list[Partner]:
