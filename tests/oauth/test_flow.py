@@ -120,6 +120,8 @@ class TestEndpointsAsDocumented:
         assert meta["token_endpoint"] == f"{live_server.url}/api/oauth/token"
         assert meta["authorization_endpoint"] == f"{live_server.url}/auth"
         assert meta["code_challenge_methods_supported"] == ["S256"]
+        paths = client.get("/openapi.json").json()["paths"]
+        assert {"/api/oauth/token", "/api/oauth/revoke", "/auth", "/membership"} <= set(paths)
         app = make_app(services)
         make_user(services, "maija@example.com")
         log_in(client, "maija@example.com")

@@ -197,3 +197,13 @@ class TestSecureCookies:
             assert session_cookie.startswith(f"{SESSION_COOKIE}=")
             assert "Secure" in session_cookie
             assert "HttpOnly" in session_cookie
+
+
+class TestSessionLifetime:
+    def test_a_session_ends_after_14_days(self, client: httpx.Client, services: Services) -> None:
+        make_user(services, "maija@example.com")
+        log_in(client, "maija@example.com")
+        services.clock.advance(14 * 24 * 3600 - 60)  # type: ignore[attr-defined]
+        assert client.get("/account").status_code == 200
+        services.clock.advance(120)  # type: ignore[attr-defined]
+        assert client.get("/account").status_code == 303
