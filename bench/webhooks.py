@@ -46,7 +46,15 @@ PG_ADMIN_URL = os.environ.get(
     "KUITTI_TEST_POSTGRES_URL", "postgresql://kuitti:kuitti@127.0.0.1:5432/postgres"
 )
 SECRET = "bench-secret-key-" + "x" * 32
-PHASE_TIMEOUT_SECONDS = 120.0
+PHASE_TIMEOUT_SECONDS = 600.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux ``/proc``), so figures taken on a busy machine
+    can still be turned into a per-core capacity."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 # --------------------------------------------------------------------------- receivers process
@@ -124,8 +132,12 @@ def receivers_main(count: int) -> None:
 # --------------------------------------------------------------------------- worker process
 
 
-def worker_main() -> None:
+def worker_main(use_uvloop: bool) -> None:
     """One ``kuitti worker`` (settings from KUITTI_* variables); prints ``ready``."""
+    if use_uvloop:
+        import uvloop
+
+        uvloop.install()
     from kuitti.clock import SystemClock
     from kuitti.config import load_settings
     from kuitti.db import Database
@@ -144,7 +156,13 @@ def worker_main() -> None:
         print("ready", flush=True)
         await run_worker(services, stop)
 
-    asyncio.run(main())
+    profile_path = os.environ.get("KUITTI_BENCH_PROFILE")
+    if profile_path:  # where the worker's event-loop thread spends its time
+        import cProfile
+
+        cProfile.runctx("asyncio.run(main())", globals(), locals(), f"{profile_path}.{os.getpid()}")
+    else:
+        asyncio.run(main())
     db.dispose()
 
 
@@ -159,6 +177,11 @@ class PhaseResult:
     duplicates: int
     seconds: float
     lags: list[float]
+    worker_cpu_seconds: float
+
+    @property
+    def cpu_per_delivery_ms(self) -> float:
+        return self.worker_cpu_seconds / self.received * 1000 if self.received else float("nan")
 
     @property
     def rate(self) -> float:
@@ -174,7 +197,8 @@ class PhaseResult:
         return (
             f"{self.name:<7} {self.events:>6} events  {self.rate:>7.0f} deliveries/s  "
             f"lag p50 {self.percentile(50) * 1000:>6.0f} ms  p99 {self.percentile(99) * 1000:>6.0f}"
-            f" ms  max {max(self.lags, default=0) * 1000:>6.0f} ms  duplicates {self.duplicates}"
+            f" ms  duplicates {self.duplicates}  worker CPU "
+            f"{self.cpu_per_delivery_ms:.2f} ms/delivery"
         )
 
 
@@ -201,7 +225,12 @@ def _env(database_url: str, var_dir: Path) -> dict[str, str]:
 
 
 def run_configuration(
-    database_url: str, workers: int, events: int, steady_rate: int, steady_seconds: float
+    database_url: str,
+    workers: int,
+    events: int,
+    steady_rate: int,
+    steady_seconds: float,
+    use_uvloop: bool,
 ) -> list[PhaseResult]:
     from kuitti.clock import SystemClock
     from kuitti.config import Settings
@@ -254,7 +283,10 @@ def run_configuration(
             ]
         for _ in range(workers):
             proc = subprocess.Popen(
-                [python, __file__, "--worker-process"], stdout=subprocess.PIPE, text=True, env=env
+                [python, __file__, "--worker-process", *(["--uvloop"] if use_uvloop else [])],
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
             )
             worker_procs.append(proc)
             assert proc.stdout is not None
@@ -300,8 +332,10 @@ def run_configuration(
             assert receivers.stdout is not None
             receivers.stdin.write(f"expect {count}\n")
             receivers.stdin.flush()
+            cpu_before = sum(cpu_seconds(p.pid) for p in worker_procs)
             committed = write(count, batch, rate)
             _readline(receivers.stdout, PHASE_TIMEOUT_SECONDS)
+            worker_cpu = sum(cpu_seconds(p.pid) for p in worker_procs) - cpu_before
             receivers.stdin.write("dump\n")
             receivers.stdin.flush()
             got: dict[str, list[float]] = json.loads(_readline(receivers.stdout, 60))
@@ -309,7 +343,9 @@ def run_configuration(
             first_commit = min(committed.values())
             last_receive = max(max(times) for times in got.values())
             duplicates = sum(len(times) - 1 for times in got.values())
-            return PhaseResult(name, count, len(got), duplicates, last_receive - first_commit, lags)
+            return PhaseResult(
+                name, count, len(got), duplicates, last_receive - first_commit, lags, worker_cpu
+            )
 
         results = [phase("burst", events, 200, None)]
         steady_events = int(steady_rate * steady_seconds)
@@ -359,6 +395,7 @@ def main() -> None:
     parser.add_argument("--steady-rate", type=int, default=500, help="Events/s, steady phase.")
     parser.add_argument("--steady-seconds", type=float, default=10.0)
     parser.add_argument("--json", action="store_true", help="Also print the figures as JSON.")
+    parser.add_argument("--uvloop", action="store_true", help="Workers on uvloop (as serve).")
     parser.add_argument("--receivers-process", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--worker-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -366,11 +403,12 @@ def main() -> None:
         receivers_main(args.receivers_process)
         return
     if args.worker_process:
-        worker_main()
+        worker_main(args.uvloop)
         return
 
     sys.path.insert(0, str(ROOT))
     worker_counts = args.workers or [1, 2]
+    print(f"load average at start: {os.getloadavg()}")
     print(
         f"machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
         f"Python {platform.python_version()}, {platform.system()} {platform.release()}"
@@ -396,12 +434,17 @@ def main() -> None:
             kind = "postgresql" if run_url.startswith("postgres") else "sqlite"
             try:
                 results = run_configuration(
-                    run_url, workers, args.events, args.steady_rate, args.steady_seconds
+                    run_url,
+                    workers,
+                    args.events,
+                    args.steady_rate,
+                    args.steady_seconds,
+                    args.uvloop,
                 )
             finally:
                 if scratch:
                     _drop_postgres(scratch)
-            print(f"\n{kind}, {workers} worker(s)")
+            print(f"\n{kind}, {workers} worker(s); load average now {os.getloadavg()[0]:.1f}")
             for result in results:
                 print("  " + result.line())
                 summary.append(
@@ -415,6 +458,7 @@ def main() -> None:
                         "deliveries_per_second": round(result.rate),
                         "lag_p50_ms": round(result.percentile(50) * 1000),
                         "lag_p99_ms": round(result.percentile(99) * 1000),
+                        "worker_cpu_ms_per_delivery": round(result.cpu_per_delivery_ms, 3),
                     }
                 )
     if args.json:

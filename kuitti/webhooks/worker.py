@@ -300,20 +300,21 @@ async def send(
     status_code: int | None = None
     error: str | None = None
     try:
-        if not claim.url or not claim.webhook_key:
-            raise TargetRefused("the partner has no webhook URL or key any more")
-        target = await guard.target(claim.url)
-        headers = webhook_headers(
-            claim.webhook_key,
-            claim.webhook_id,
-            int(wall_time()),
-            claim.body,
-            bare_authorization=claim.bare_authorization,
-        )
-        if target.host_header is not None:
-            headers["Host"] = target.host_header
-        extensions = {"sni_hostname": target.sni_hostname} if target.sni_hostname else None
+        # The timeout bounds the whole attempt, name resolution included.
         async with asyncio.timeout(timeout):
+            if not claim.url or not claim.webhook_key:
+                raise TargetRefused("the partner has no webhook URL or key any more")
+            target = await guard.target(claim.url)
+            headers = webhook_headers(
+                claim.webhook_key,
+                claim.webhook_id,
+                int(wall_time()),
+                claim.body,
+                bare_authorization=claim.bare_authorization,
+            )
+            if target.host_header is not None:
+                headers["Host"] = target.host_header
+            extensions = {"sni_hostname": target.sni_hostname} if target.sni_hostname else None
             async with client.for_url(target.url).stream(
                 "POST", target.url, content=claim.body, headers=headers, extensions=extensions
             ) as response:
