@@ -26,6 +26,7 @@ from typing import assert_never
 
 from sqlalchemy.orm import Session
 
+from kuitti.cards.service import card_for_token
 from kuitti.config import Settings
 from kuitti.delivery import links, qr
 from kuitti.delivery.emails import enqueue_receipt_email
@@ -124,8 +125,6 @@ class _Delivery:
         return Status.DELIVERED
 
     def _card(self, token: Token) -> Status:
-        from kuitti.cards.service import card_for_token
-
         assert token.id is not None
         card = card_for_token(self.session, token.id, token.value, token.namespace)
         if card is None:
@@ -135,9 +134,10 @@ class _Delivery:
         return self._to_user(card.user_id, "card_token")
 
     def _user_token(self, jwt: str) -> Status:
+        # Imported here: kuitti.oauth.bearer imports the receipts service, which imports us.
         from kuitti.oauth.bearer import connection_for_user_token
 
-        connection = connection_for_user_token(self.session, self.settings, jwt)
+        connection = connection_for_user_token(self.session, self.settings, jwt, now=self.now)
         return self._to_user(connection.user_id if connection else None, "user_token")
 
     def _email(self, address: str) -> Status:
