@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import email
 import io
+import threading
 from collections.abc import Iterator
 from email.message import EmailMessage
 from email.policy import default as default_policy
@@ -21,6 +23,7 @@ from kuitti.delivery.mail import send_due_mail
 from kuitti.deps import Services
 from kuitti.models import User
 from kuitti.partners.service import NewPartner
+from kuitti.webhooks.worker import run_worker
 from tests.conftest import free_port
 from tests.delivery.support import mail_rows, post_receipt
 from tests.factories import product_row, receipt_doc, token_body
@@ -32,6 +35,7 @@ class Inbox:
     def __init__(self) -> None:
         self.messages: list[EmailMessage] = []
         self.recipients: list[list[str]] = []
+        self.received = threading.Event()
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         content = envelope.original_content or b""
@@ -39,6 +43,7 @@ class Inbox:
         assert isinstance(parsed, EmailMessage)
         self.messages.append(parsed)
         self.recipients.append(list(envelope.rcpt_tos))
+        self.received.set()
         return "250 Message accepted"
 
 
@@ -191,3 +196,36 @@ class TestReceiptEmail:
         assert message["To"] == "anna@example.org"
         _, _, files = parts(message)
         assert [name.endswith(".pdf") for name, _ in files] == [True]
+
+
+class TestThroughTheWorker:
+    def test_the_delivery_worker_sends_queued_mail(
+        self, client: httpx.Client, services: Services, merchant: NewPartner, smtp: SmtpServer
+    ) -> None:
+        post_receipt(
+            client,
+            merchant,
+            token_body(receipt_doc(), {"type": "EMAIL", "value": "anna@example.org"}),
+        )
+        loop = asyncio.new_event_loop()
+        stop = asyncio.Event()
+
+        async def work() -> None:
+            await run_worker(with_smtp(services, smtp.port), stop, settle=False)
+
+        worker = threading.Thread(target=loop.run_until_complete, args=(work(),))
+        worker.start()
+        try:
+            assert smtp.inbox.received.wait(timeout=30)
+            # The worker records the outcome just after the server accepted the message.
+            pause = threading.Event()
+            for _ in range(400):
+                if [row.status for row in mail_rows(services)] == ["sent"]:
+                    break
+                pause.wait(0.05)  # polling a row another thread writes, not timing a result
+        finally:
+            loop.call_soon_threadsafe(stop.set)
+            worker.join(timeout=30)
+            loop.close()
+        assert smtp.inbox.recipients == [["anna@example.org"]]
+        assert [row.status for row in mail_rows(services)] == ["sent"]
