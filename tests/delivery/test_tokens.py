@@ -143,6 +143,11 @@ class TestDynamicQrCode:
             response.json()["receipt_id"]
         ]
 
+    def test_is_described_in_openapi(self, client: httpx.Client) -> None:
+        paths = client.get("/openapi.json").json()["paths"]
+        assert "post" in paths["/api/v1/qr-codes/"]
+        assert "get" in paths["/r/{token}"]
+
     def test_an_app_without_a_namespace_gets_no_value(
         self, client: httpx.Client, services: Services, user: User
     ) -> None:
