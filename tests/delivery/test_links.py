@@ -121,6 +121,9 @@ class TestLinkPage:
         [link] = created["receipt_links"]
         assert link.endswith("/ns/kauppa/r/2026%2F01%2015%237")
         assert client.get(path_of(link)).status_code == 200
+        assert client.get(path_of(link) + "/pdf").status_code == 200
+        unicode = link_receipt(client, merchant, identifier="Kassa-ä/1", receiptNumber="R-ä")
+        assert client.get(path_of(unicode["receipt_links"][0])).status_code == 200
 
     def test_every_text_field_is_escaped(self, client: httpx.Client, services: Services) -> None:
         merchant = make_merchant(services, attachments=True)
