@@ -37,6 +37,7 @@ from functools import lru_cache
 import httpx
 from sqlalchemy import and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from kuitti import metrics
@@ -126,23 +127,28 @@ def _due(now: datetime) -> ColumnElement[bool]:
     )
 
 
-def claim_due(
-    services: Services,
-    *,
-    limit: int = CLAIM_BATCH,
-    busy: dict[uuid.UUID, int] | None = None,
-    per_partner: int = MAX_IN_FLIGHT_PER_PARTNER,
-) -> list[Claim]:
-    """Lease up to ``limit`` due deliveries, at most ``per_partner`` minus ``busy[partner]`` for
-    each partner. Returns them in due order."""
-    if limit <= 0:
-        return []
-    busy = busy or {}
-    now = services.clock.now()
-    due = _due(now)
-    # A cheap read first: an idle poll never takes the (SQLite: database-wide) write lock.
-    # At most ``per_partner`` candidates per partner, so one partner's backlog cannot crowd the
-    # others out of a claim.
+def _room_used(
+    candidates: Sequence[tuple[uuid.UUID, uuid.UUID]],
+    busy: dict[uuid.UUID, int],
+    per_partner: int,
+) -> int:
+    """How many of ``candidates`` the per-partner limits would let through."""
+    taken: Counter[uuid.UUID] = Counter(busy)
+    count = 0
+    for _id, partner_id in candidates:
+        if taken[partner_id] < per_partner:
+            taken[partner_id] += 1
+            count += 1
+    return count
+
+
+def _ranked_candidates(
+    session: Session,
+    due: ColumnElement[bool],
+    limit: int,
+    busy: dict[uuid.UUID, int],
+    per_partner: int,
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
     ranked = (
         select(
             WebhookDelivery.id,
@@ -158,13 +164,43 @@ def claim_due(
         .where(due)
         .subquery()
     )
+    rows = session.execute(
+        select(ranked.c.id, ranked.c.partner_id)
+        .where(ranked.c.rank <= per_partner)
+        .order_by(ranked.c.next_attempt_at, ranked.c.id)
+        .limit(limit + sum(busy.values()))
+    )
+    return [(row[0], row[1]) for row in rows]
+
+
+def claim_due(
+    services: Services,
+    *,
+    limit: int = CLAIM_BATCH,
+    busy: dict[uuid.UUID, int] | None = None,
+    per_partner: int = MAX_IN_FLIGHT_PER_PARTNER,
+) -> list[Claim]:
+    """Lease up to ``limit`` due deliveries, at most ``per_partner`` minus ``busy[partner]`` for
+    each partner. Returns them in due order."""
+    if limit <= 0:
+        return []
+    busy = busy or {}
+    now = services.clock.now()
+    due = _due(now)
+    # A cheap read first: an idle poll never takes the (SQLite: database-wide) write lock.
     with services.db.session(write=False) as session:
-        candidates = session.execute(
-            select(ranked.c.id, ranked.c.partner_id)
-            .where(ranked.c.rank <= per_partner)
-            .order_by(ranked.c.next_attempt_at, ranked.c.id)
-            .limit(limit + sum(busy.values()))
-        ).all()
+        window = max(limit * 8, 256)
+        rows = session.execute(
+            select(WebhookDelivery.id, WebhookDelivery.partner_id)
+            .where(due)
+            .order_by(WebhookDelivery.next_attempt_at)
+            .limit(window)
+        )
+        candidates = [(row[0], row[1]) for row in rows]
+        if len(candidates) == window and _room_used(candidates, busy, per_partner) < limit:
+            # One partner's backlog fills the window: rank per partner instead, so the others
+            # are not crowded out (costlier, so only when needed).
+            candidates = _ranked_candidates(session, due, limit, busy, per_partner)
     if not candidates:
         return []
     room = Counter({pid: per_partner - n for pid, n in busy.items()})
@@ -199,17 +235,17 @@ def claim_due(
     if services.db.dialect == "postgresql":
         query = query.with_for_update(skip_locked=True, of=WebhookDelivery)
     with services.db.session() as session:
-        rows = session.execute(query).all()
-        if not rows:
+        leased = session.execute(query).all()
+        if not leased:
             return []
         session.execute(
             update(WebhookDelivery)
-            .where(WebhookDelivery.id.in_([row.id for row in rows]))
+            .where(WebhookDelivery.id.in_([row.id for row in leased]))
             .values(lease_expires_at=lease_until, lease_token=token)
         )
     secret = services.settings.resolved_secret_key
     claims: list[Claim] = []
-    for row in rows:
+    for row in leased:
         key: str | None = None
         if row.webhook_key_sealed:
             with contextlib.suppress(ValueError):
@@ -473,6 +509,7 @@ class Pipeline:
         self.wall_time = wall_time
         self.max_in_flight = max_in_flight
         self.per_partner = per_partner
+        self.claim_threshold = max(1, max_in_flight // 4)
         self.guard = TargetGuard(allow_insecure=services.settings.webhook_allow_insecure)
         self.busy: dict[uuid.UUID, int] = {}
         self.tasks: set[asyncio.Task[None]] = set()
@@ -483,9 +520,10 @@ class Pipeline:
     def in_flight(self) -> int:
         return len(self.tasks)
 
-    async def claim(self) -> int:
+    async def claim(self, *, woken: bool = False) -> int:
         room = self.max_in_flight - self.in_flight
-        if room <= 0:
+        # Claim in batches: a claim per freed slot would cost a transaction per delivery.
+        if room <= 0 or (self.in_flight and room < self.claim_threshold and not woken):
             return 0
         claims = await asyncio.to_thread(
             claim_due,
@@ -558,11 +596,12 @@ async def _webhook_loop(
         pipeline = Pipeline(services, client, wall_time=wall_time)
         try:
             while not stop.is_set():
+                woken = wake.is_set()
                 wake.clear()
                 pipeline.progress.clear()
                 try:
                     await pipeline.flush()
-                    claimed = await pipeline.claim()
+                    claimed = await pipeline.claim(woken=woken)
                 except Exception as exc:  # the database is away: keep running, try again
                     metrics.WEBHOOK_WORKER_ERRORS.inc()
                     backoff = min(max(backoff * 2, 0.1), DB_RETRY_MAX_SECONDS)

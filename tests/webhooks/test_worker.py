@@ -89,6 +89,27 @@ class TestLease:
         }
         assert quiet_id in {c.delivery_id for c in claims}
 
+    def test_a_backlog_larger_than_the_window_does_not_starve_others(
+        self, services: Services, clock: FrozenClock
+    ) -> None:
+        with Receiver() as busy_endpoint, Receiver() as quiet_endpoint:
+            busy = webhook_partner(services, busy_endpoint.url, name="Kiireinen")
+            quiet = webhook_partner(services, quiet_endpoint.url, name="Hiljainen")
+            with services.db.session() as session:
+                for i in range(300):
+                    enqueue(
+                        session,
+                        busy.partner,
+                        NotificationType.RECEIPT,
+                        {"n": i},
+                        now=services.clock.now(),
+                    )
+            clock.advance(1)
+            quiet_id = queue(services, quiet)  # due after all 300 of the busy partner's
+            claims = claim_due(services, limit=4, per_partner=3)
+        assert quiet_id in {c.delivery_id for c in claims}
+        assert len(claims) == 4
+
 
 class TestRunningWorker:
     def test_wakes_on_commit_without_polling(self, services: Services) -> None:
