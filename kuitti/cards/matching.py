@@ -38,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from kuitti import locks
@@ -302,6 +302,22 @@ class Matcher:
             )
             if kind != "any":
                 query = query.where(CardTransaction.transaction_type == kind)
+            # Codes that differ rule a purchase out; filtering here keeps dense merchant ids
+            # (a café's 3.50 coffees) from loading every rival purchase. ``fit`` checks again.
+            if record.authorization_code is not None:
+                query = query.where(
+                    or_(
+                        CardPurchase.authorization_code.is_(None),
+                        CardPurchase.authorization_code == record.authorization_code,
+                    )
+                )
+            if record.reference_number is not None:
+                query = query.where(
+                    or_(
+                        CardPurchase.reference_number.is_(None),
+                        CardPurchase.reference_number == record.reference_number,
+                    )
+                )
             for txn, purchase, card in self.session.execute(query).all():
                 result = fit(record, card, purchase, txn)
                 if result is not None:
