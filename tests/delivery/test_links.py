@@ -168,6 +168,22 @@ class TestLinkPage:
         assert "<script>alert" not in page.text
         assert page.text.count("&lt;script&gt;alert(") >= 15
 
+    def test_shows_the_verification_block(self, client: httpx.Client, merchant: NewPartner) -> None:
+        verification = {
+            "type": "OCMF",
+            "version": "1.0",
+            "publicKey": "3059301306072a8648ce3d020106082a8648ce3d03010703420004aa",
+            "transactionId": "TX-42",
+            "currentType": "DC",
+            "transactionEnd": {"signedData": "OCMF|{}|{}"},
+        }
+        link_receipt(client, merchant, verifications=[verification])
+        page = client.get("/ns/kauppa/r/L-1")
+        assert page.status_code == 200
+        assert "Meter verification" in page.text
+        assert "TX-42" in page.text
+        assert "Could not verify" in page.text or "Signature invalid" in page.text
+
     def test_a_very_long_receipt_stays_usable(
         self, client: httpx.Client, merchant: NewPartner
     ) -> None:
