@@ -145,7 +145,21 @@ def code(rng: random.Random, n: int = 6) -> str:
     return "".join(rng.choice(ALNUM) for _ in range(n))
 
 
-def build_world(rng: random.Random, n_cards: int, n_purchases: int, n_merchants: int) -> World:
+@dataclass(frozen=True)
+class Noise:
+    """Shares of payments with each kind of noise (``--harsh`` raises them)."""
+
+    receipt_without_code: float = 0.20
+    last4_only: float = 0.25
+    issuer_without_codes: float = 0.10
+
+
+HARSH = Noise(receipt_without_code=0.60, last4_only=0.60, issuer_without_codes=0.40)
+
+
+def build_world(
+    rng: random.Random, n_cards: int, n_purchases: int, n_merchants: int, noise: Noise
+) -> World:
     cards = [
         (rng.choice(BINS), f"{rng.randrange(10000):04d}", rng.randrange(3)) for _ in range(n_cards)
     ]
@@ -190,9 +204,9 @@ def build_world(rng: random.Random, n_cards: int, n_purchases: int, n_merchants:
                 at,
                 code(rng),
                 f"{rng.randrange(10**12):012d}",
-                show_code=rng.random() >= 0.20,
-                last4_only=rng.random() < 0.25,
-                issuer_codes=rng.random() >= 0.10,
+                show_code=rng.random() >= noise.receipt_without_code,
+                last4_only=rng.random() < noise.last4_only,
+                issuer_codes=rng.random() >= noise.issuer_without_codes,
                 lost=rng.random() < 0.01,
             )
             payment.show_reference = payment.show_code or rng.random() < 0.5
@@ -439,7 +453,9 @@ def percentile(values: list[float], q: float) -> float:
 def run_world(args: argparse.Namespace, services: Services, clock: FrozenClock, url: str) -> None:
     rng = random.Random(args.seed)
     started = time.perf_counter()
-    world = build_world(rng, args.cards, args.purchases, args.merchants)
+    noise = HARSH if args.harsh else Noise()
+    world = build_world(rng, args.cards, args.purchases, args.merchants, noise)
+    print(f"noise: {noise}")
     box = SecretBox(services.settings.resolved_secret_key)
     with services.db.session() as session:
         issuers = [
@@ -533,6 +549,15 @@ def report(
                 correct += 1
             else:
                 wrong += 1
+    with services.db.session(write=False) as session:
+        reasons = session.execute(select(CardPaymentRecord.status, CardPaymentRecord.reason)).all()
+    tally: dict[str, int] = {}
+    for status, reason in reasons:
+        if status == "matched":
+            continue
+        last = reason.get("last_reason", reason) if status == "expired" else reason
+        why = f"{status}/{last.get('why', '?')}"
+        tally[why] = tally.get(why, 0) + 1
     precision = 100.0 * correct / (correct + wrong) if correct + wrong else 100.0
     recall = 100.0 * correct / matchable if matchable else 100.0
     print(
@@ -540,6 +565,10 @@ def report(
         f"{matchable:,} matchable)"
     )
     print(f"matches: {correct + wrong:,}   wrong: {wrong}")
+    print(
+        "unmatched payments by last decision: "
+        + ", ".join(f"{k} {v:,}" for k, v in sorted(tally.items()))
+    )
     print(f"precision: {precision:.2f} %   recall (matchable): {recall:.2f} %")
     print(
         f"requests: {n_events:,} in {elapsed:.1f} s   ({n_events / elapsed:.0f} req/s, "
@@ -757,6 +786,12 @@ def main() -> None:
     parser.add_argument("--merchants", type=int, default=400)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument(
+        "--harsh",
+        action="store_true",
+        help="60 %% of receipts without codes, 60 %% last four only, "
+        "40 %% of issuer transactions without codes",
+    )
     parser.add_argument("--scale", action="store_true", help="also measure 10k vs 1M transactions")
     parser.add_argument("--scale-receipts", type=int, default=300)
     args = parser.parse_args()
