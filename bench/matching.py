@@ -30,6 +30,7 @@ The world (assumptions written out in docs/matching.md, "Benchmark"):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import secrets
@@ -152,6 +153,7 @@ class Noise:
     receipt_without_code: float = 0.20
     last4_only: float = 0.25
     issuer_without_codes: float = 0.10
+    last4_values: int = 10_000  # fewer: masked PANs collide far more often than in reality
 
 
 HARSH = Noise(receipt_without_code=0.60, last4_only=0.60, issuer_without_codes=0.40)
@@ -177,7 +179,8 @@ def build_world(
             index = rng.randrange(n_cards)
             first6, last4, issuer = cards[index]
             return Shopper(first6, last4, index, issuer)
-        return Shopper(rng.choice(BINS), f"{rng.randrange(10000):04d}", None, rng.randrange(3))
+        last4 = f"{rng.randrange(noise.last4_values):04d}"
+        return Shopper(rng.choice(BINS), last4, None, rng.randrange(3))
 
     for _ in range(n_purchases):
         merchant = rng.choices(merchants, weights)[0]
@@ -454,6 +457,8 @@ def run_world(args: argparse.Namespace, services: Services, clock: FrozenClock, 
     rng = random.Random(args.seed)
     started = time.perf_counter()
     noise = HARSH if args.harsh else Noise()
+    if args.last4_values:
+        noise = dataclasses.replace(noise, last4_values=args.last4_values)
     world = build_world(rng, args.cards, args.purchases, args.merchants, noise)
     print(f"noise: {noise}")
     box = SecretBox(services.settings.resolved_secret_key)
@@ -791,6 +796,13 @@ def main() -> None:
         action="store_true",
         help="60 %% of receipts without codes, 60 %% last four only, "
         "40 %% of issuer transactions without codes",
+    )
+    parser.add_argument(
+        "--last4-values",
+        type=int,
+        default=0,
+        help="draw last four digits from this many values (stress: e.g. 20 makes masked PANs "
+        "collide constantly)",
     )
     parser.add_argument("--scale", action="store_true", help="also measure 10k vs 1M transactions")
     parser.add_argument("--scale-receipts", type=int, default=300)

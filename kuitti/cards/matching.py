@@ -668,9 +668,10 @@ def pilot_connection(session: Session, card: Card) -> Connection | None:
 
 def settle_due_matches(services: Services, *, limit: int = SETTLE_BATCH) -> int:
     """The deferred re-check: decide payments whose auth window has closed, one merchant id per
-    unit of work (under its lock), then expire what left the matching set. Returns how many
-    payments were re-checked. Run by the delivery worker's loop (``run_settler``) and by
-    ``kuitti card settle``; each arrival also settles its own merchant id's due payments."""
+    unit of work (under its lock), then expire what left the matching set. Run by the delivery worker's loop (``run_settler``) and by
+    ``kuitti card settle``; each arrival also settles its own merchant id's due payments.
+    Returns how many payments were decided or expired (call again while it returns nonzero
+    to drain a backlog)."""
     now = services.clock.now()
     with services.db.session(write=False) as session:
         rows = session.scalars(
@@ -689,7 +690,7 @@ def settle_due_matches(services: Services, *, limit: int = SETTLE_BATCH) -> int:
             locks.acquire(session, "match", merchant_id)
             total += Matcher(session, services.settings, now).settle_due(merchant_id)
     with services.db.session() as session:
-        expire_unmatched(session, now, limit=limit)
+        total += expire_unmatched(session, now, limit=limit)
     return total
 
 
