@@ -684,11 +684,15 @@ class _Lines:
         self.parts: list[str] = []
 
     def leaf(self, tag: str, value: str, attributes: dict[str, str]) -> None:
-        attrs = "".join(
-            f' {k}="{_escape(v).replace(chr(34), "&quot;")}"' for k, v in attributes.items()
-        )
+        attrs = _attributes(tuple(attributes.items())) if attributes else ""
         pad = "  " * (self.depth + 1)
         self.parts.append(f"{pad}<{tag}{attrs}>{_escape(value)}</{tag}>\n")
+
+
+@lru_cache(maxsize=1024)
+def _attributes(items: tuple[tuple[str, str], ...]) -> str:
+    """Serialised attributes; the same few (currency, unit codes) repeat on every row."""
+    return "".join(f' {k}="{_escape(v).replace(chr(34), "&quot;")}"' for k, v in items)
 
 
 def _sub(parent: _Node, tag: str, attrib: dict[str, str] | None = None) -> _Node:
