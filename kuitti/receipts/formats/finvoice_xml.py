@@ -489,32 +489,43 @@ class _Builder:
         return lines
 
     def rows(self, root: _Node) -> None:
+        # Rows are the bulk of a document, so they are written straight to text: one list of
+        # lines per row, attribute strings prepared once (the ≤ 2 ms goal for 60 rows).
+        pad = "    "
+        money_attr = _attributes((("AmountCurrencyIdentifier", self.currency),))
+        date_attr = ' Format="CCYYMMDD"'
+        digits = self.digits
+
         for index, product in enumerate(self.doc.products, start=1):
             split = len(product.vats) > 1
             texts = self.row_texts(product)
+            qty = quantity(product.quantity)
+            unit = text(product.quantityCode, 14)
+            unit_un = UNITS_UN.get(product.quantityCode.strip().lower())
+            qty_items: list[tuple[str, str]] = []
+            if unit:
+                qty_items.append(("QuantityUnitCode", unit))
+            if unit_un:
+                qty_items.append(("QuantityUnitCodeUN", unit_un))
+            qty_attr = _attributes(tuple(qty_items))
+            name = text(product.name, 100)
+            article = text(product.productId, 70)
+            ean = text(product.EANCode, 35) if product.EANCode else None
+            ean_attr = ' SchemeID="0160"' if ean and ean_check_valid(ean) else ""
             for part, vat in enumerate(product.vats, start=1):
-                # Rows are the bulk of a document: written straight to text (see _Lines).
                 row = _Lines("InvoiceRow", 1)
                 root.children.append(row)
-                self.add(row, "ArticleIdentifier", text(product.productId, 70))
-                self.add(row, "ArticleName", text(product.name, 100))
-                if product.EANCode:
-                    ean = text(product.EANCode, 35)
-                    if ean and ean_check_valid(ean):
-                        self.add(row, "EanCode", ean, SchemeID="0160")
-                    else:
-                        self.add(row, "EanCode", ean)
-                qty = quantity(product.quantity)
-                unit = text(product.quantityCode, 14)
-                unit_un = UNITS_UN.get(product.quantityCode.strip().lower())
-                if qty is not None:
-                    attributes = {}
-                    if unit:
-                        attributes["QuantityUnitCode"] = unit
-                    if unit_un:
-                        attributes["QuantityUnitCodeUN"] = unit_un
-                    self.add(row, "DeliveredQuantity", qty, **attributes)
-                    self.add(row, "InvoicedQuantity", qty, **attributes)
+                out = row.parts
+
+                def put(tag: str, value: str | None, attrs: str = "", out: list[str] = out) -> None:
+                    if value is not None:
+                        out.append(f"{pad}<{tag}{attrs}>{_escape(value)}</{tag}>\n")
+
+                put("ArticleIdentifier", article)
+                put("ArticleName", name)
+                put("EanCode", ean, ean_attr)
+                put("DeliveredQuantity", qty, qty_attr)
+                put("InvoicedQuantity", qty, qty_attr)
                 journey = product.journey
                 if journey is not None:
                     for tag, stop in (
@@ -522,50 +533,33 @@ class _Builder:
                         ("EndDate", journey.destination),
                     ):
                         if stop.datetime:
-                            self.add(
-                                row,
-                                tag,
-                                finnish_date(datetime.fromisoformat(stop.datetime)),
-                                Format="CCYYMMDD",
-                            )
+                            moment = datetime.fromisoformat(stop.datetime)
+                            put(tag, finnish_date(moment), date_attr)
                 if not split:
                     try:
                         count = Decimal(product.quantity)
                     except InvalidOperation:
                         count = Decimal(0)
                     if count != 0 and not product.discounts:
-                        net = Decimal(vat.totalAmountExcVAT).scaleb(-self.digits) / count
-                        unit_net = decimal_amount(net)
-                        if unit_net is not None:
-                            self.add(
-                                row,
-                                "UnitPriceAmount",
-                                unit_net,
-                                AmountCurrencyIdentifier=self.currency,
-                            )
-                    gross = self.unit_price(product)
-                    if gross is not None:
-                        self.add(
-                            row,
-                            "UnitPriceVatIncludedAmount",
-                            gross,
-                            AmountCurrencyIdentifier=self.currency,
-                        )
-                self.add(row, "RowPositionIdentifier", f"{index}.{part}" if split else str(index))
+                        net = Decimal(vat.totalAmountExcVAT).scaleb(-digits) / count
+                        put("UnitPriceAmount", decimal_amount(net), money_attr)
+                    put("UnitPriceVatIncludedAmount", self.unit_price(product), money_attr)
+                put("RowPositionIdentifier", f"{index}.{part}" if split else str(index))
                 if part == 1:
                     for line in texts:
-                        self.add(row, "RowFreeText", line)
+                        put("RowFreeText", line)
                     discounts = product.discounts or []
                     if discounts and not split:
                         if len(discounts) == 1 and discounts[0].percentage:
-                            self.add(row, "RowDiscountPercent", percent(discounts[0].percentage))
-                        self.money(row, "RowDiscountAmount", sum(abs(d.amount) for d in discounts))
-                        self.add(row, "RowDiscountTypeText", text(discounts[0].description, 35))
-                self.add(row, "RowVatRatePercent", percent(vat.VATRate))
-                self.add(row, "RowVatCode", vat_code(vat.VATRate, None))
-                self.money(row, "RowVatAmount", vat.VATAmount)
-                self.money(row, "RowVatExcludedAmount", vat.totalAmountExcVAT)
-                self.money(row, "RowAmount", vat.totalAmountIncVAT)
+                            put("RowDiscountPercent", percent(discounts[0].percentage))
+                        total = sum(abs(d.amount) for d in discounts)
+                        put("RowDiscountAmount", amount(total, digits), money_attr)
+                        put("RowDiscountTypeText", text(discounts[0].description, 35))
+                put("RowVatRatePercent", percent(vat.VATRate))
+                put("RowVatCode", vat_code(vat.VATRate, None))
+                put("RowVatAmount", amount(vat.VATAmount, digits), money_attr)
+                put("RowVatExcludedAmount", amount(vat.totalAmountExcVAT, digits), money_attr)
+                put("RowAmount", amount(vat.totalAmountIncVAT, digits), money_attr)
 
     def unit_price(self, product: schema.Product) -> str | None:
         if product.unitPriceIncVATDecimal:
