@@ -23,7 +23,7 @@ from kuitti.errors import KuittiError
 from kuitti.metrics import LOGINS
 from kuitti.models import User
 from kuitti.users import service as users
-from kuitti.web import check_csrf, render, set_page_headers
+from kuitti.web import check_csrf, render, secure_cookies, set_page_headers
 
 SESSION_COOKIE = "kuitti_session"
 DEFAULT_NEXT = "/account"
@@ -92,8 +92,6 @@ RequireUser = Annotated[User, Depends(_require_user)]
 
 
 def set_session_cookie(request: Request, response: Response, token: str) -> None:
-    from kuitti.web import secure_cookies
-
     response.set_cookie(
         SESSION_COOKIE,
         token,
