@@ -105,3 +105,28 @@ class TestConsentInBrowser:
         page.goto(target)
         assert page.locator("#email").count() == 1
         context.close()
+
+    def test_sign_up_from_the_consent_page_then_deny(
+        self, browser: Browser, live_server: LiveServer, services: Services
+    ) -> None:
+        app = make_app(services)
+        returned: list[str] = []
+
+        def partner_callback(route: Route) -> None:
+            returned.append(route.request.url)
+            route.fulfill(status=200, content_type="text/plain", body="partner got it")
+
+        context = browser.new_context()
+        page = context.new_page()
+        page.route("https://bank.example/**", partner_callback)
+        page.goto(f"{live_server.url}/auth?{urlencode(auth_params(app, state='s-9'))}")
+        page.fill("#email", "uusi@example.com")
+        page.fill("#password", "a new password")
+        page.click("button[name=action][value=signup]")
+        page.wait_for_selector("button[name=decision][value=deny]")
+        assert "uusi@example.com" in page.locator("main").inner_text()
+        page.click("button[name=decision][value=deny]")
+        page.wait_for_url(f"{REDIRECT_URI}**")
+        query = parse_qs(urlsplit(returned[0]).query)
+        assert query == {"error": ["access_denied"], "state": ["s-9"]}
+        context.close()
