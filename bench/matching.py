@@ -61,7 +61,7 @@ from kuitti.config import Settings  # noqa: E402
 from kuitti.db import Database  # noqa: E402
 from kuitti.dbmigrate import upgrade  # noqa: E402
 from kuitti.deps import Services  # noqa: E402
-from kuitti.metrics import CARD_MATCHING_SECONDS  # noqa: E402
+from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHING_SECONDS  # noqa: E402
 from kuitti.models import Card, PartnerRole  # noqa: E402
 from kuitti.models.cards import (  # noqa: E402
     CardMatch,
@@ -563,6 +563,12 @@ def report(
         last = reason.get("last_reason", reason) if status == "expired" else reason
         why = f"{status}/{last.get('why', '?')}"
         tally[why] = tally.get(why, 0) + 1
+    waits = {
+        sample.labels["why"]: int(sample.value)
+        for metric in CARD_MATCH_WAITS.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
     precision = 100.0 * correct / (correct + wrong) if correct + wrong else 100.0
     recall = 100.0 * correct / matchable if matchable else 100.0
     print(
@@ -573,6 +579,10 @@ def report(
     print(
         "unmatched payments by last decision: "
         + ", ".join(f"{k} {v:,}" for k, v in sorted(tally.items()))
+    )
+    print(
+        "decisions that left a payment waiting (transient): "
+        + ", ".join(f"{k} {v:,}" for k, v in sorted(waits.items()))
     )
     print(f"precision: {precision:.2f} %   recall (matchable): {recall:.2f} %")
     print(

@@ -87,3 +87,9 @@ OAUTH_DECISIONS = Counter(
 LOGINS = Counter(
     "kuitti_logins_total", "Login attempts by result: ok, failed or throttled", ["result"]
 )
+CARD_MATCH_WAITS = Counter(
+    "kuitti_card_match_waits_total",
+    "Card-linking decisions that left a payment waiting, by reason (no_candidate, tied, "
+    "awaiting_window, contested)",
+    ["why"],
+)

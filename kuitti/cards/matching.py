@@ -48,7 +48,7 @@ from kuitti.delivery.links import private_link
 from kuitti.delivery.service import deliver_to_user, grant
 from kuitti.deps import Services
 from kuitti.logs import log
-from kuitti.metrics import CARD_MATCHES, CARD_MATCHING_SECONDS
+from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_SECONDS
 from kuitti.models import Card, Connection, Partner, Receipt
 from kuitti.models.cards import (
     CardMatch,
@@ -469,6 +469,7 @@ class Matcher:
         rivals: list[str] | None = None,
     ) -> None:
         record.settle_at = settle_at
+        CARD_MATCH_WAITS.labels(why).inc()
         reason: dict[str, Any] = {"why": why, "detail": detail, "checked_at": _iso(self.now)}
         if fits:
             reason["candidates"] = [_fit_json(f) for f in fits]
@@ -668,10 +669,10 @@ def pilot_connection(session: Session, card: Card) -> Connection | None:
 
 def settle_due_matches(services: Services, *, limit: int = SETTLE_BATCH) -> int:
     """The deferred re-check: decide payments whose auth window has closed, one merchant id per
-    unit of work (under its lock), then expire what left the matching set. Run by the delivery worker's loop (``run_settler``) and by
-    ``kuitti card settle``; each arrival also settles its own merchant id's due payments.
-    Returns how many payments were decided or expired (call again while it returns nonzero
-    to drain a backlog)."""
+    unit of work (under its lock), then expire what left the matching set. Run by the delivery
+    worker's loop (``run_settler``) and by ``kuitti card settle``; each arrival also settles its
+    own merchant id's due payments. Returns how many payments were decided or expired (call
+    again while it returns nonzero to drain a backlog)."""
     now = services.clock.now()
     with services.db.session(write=False) as session:
         rows = session.scalars(
