@@ -74,6 +74,12 @@ CARD_MATCHES = Counter(
     "code or reference number; keys: after the auth window; masked_pan: a pilot card)",
     ["strength"],
 )
+CARD_MATCH_WAITS = Counter(
+    "kuitti_card_match_waits_total",
+    "Card-linking decisions that left a payment waiting, by reason (no_candidate, tied, "
+    "awaiting_window, contested)",
+    ["why"],
+)
 
 # OAuth and service users (kuitti/oauth/, kuitti/users/)
 OAUTH_TOKEN_REQUESTS = Counter(
@@ -86,10 +92,4 @@ OAUTH_DECISIONS = Counter(
 )
 LOGINS = Counter(
     "kuitti_logins_total", "Login attempts by result: ok, failed or throttled", ["result"]
-)
-CARD_MATCH_WAITS = Counter(
-    "kuitti_card_match_waits_total",
-    "Card-linking decisions that left a payment waiting, by reason (no_candidate, tied, "
-    "awaiting_window, contested)",
-    ["why"],
 )
