@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio.to_thread
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -52,6 +53,9 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # Few threads: the handlers are CPU-bound Python, and forty threads fighting for the GIL
+        # starve the one holding a database lock (bench/ingest.py, docs/performance.md).
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
         stop = asyncio.Event()
         worker = asyncio.create_task(run_worker(services, stop)) if run_worker_in_process else None
         try:

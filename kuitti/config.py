@@ -43,6 +43,13 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(1_048_576, gt=0, description="Largest accepted request body.")
     db_pool_size: int = Field(20, gt=0, description="Database connections per process.")
+    threads: int = Field(
+        4,
+        gt=0,
+        le=200,
+        description="Threads per server process for request handlers (measured best at 4 on "
+        "2 cores; see docs/performance.md).",
+    )
     smtp_url: str | None = Field(
         None,
         description="smtp://[user:password@]host:port (smtps:// for TLS, ?starttls=true). Without "
