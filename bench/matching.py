@@ -408,7 +408,7 @@ def make_services(database: str, workdir: Path, clock: FrozenClock) -> tuple[Ser
         url = f"{PG_ADMIN_URL.rpartition('/')[0]}/{pg_name}"
     else:
         url = f"sqlite:///{workdir / 'bench.db'}"
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         database_url=url,
         var_dir=workdir,
         secret_key="bench-secret",
