@@ -11,6 +11,7 @@ site (never another host).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 from urllib.parse import quote, urlsplit
 
@@ -221,50 +222,36 @@ def _submit(
     return response
 
 
-@router.post("/login")
-def login_submit(
-    request: Request,
-    services: ServicesDep,
-    session: WriteSession,
-    email: Annotated[str, Form(max_length=320)] = "",
-    password: Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)] = "",
-    action: Annotated[str, Form()] = "login",
-    next: Annotated[str, Form()] = DEFAULT_NEXT,
-    csrf_token: Annotated[str | None, Form()] = None,
-) -> Response:
-    return _submit(
-        request,
-        services,
-        session,
-        action=action,
-        email=email,
-        password=password,
-        next_path=next,
-        csrf_token=csrf_token,
-    )
+def _submit_endpoint(default_action: str) -> Callable[..., Response]:
+    """The POST handler of one account page: the login and the sign-up page post the same form
+    to ``_submit`` and differ only in the action taken when the form names none."""
+
+    def submit(
+        request: Request,
+        services: ServicesDep,
+        session: WriteSession,
+        email: Annotated[str, Form(max_length=320)] = "",
+        password: Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)] = "",
+        action: Annotated[str, Form()] = default_action,
+        next: Annotated[str, Form()] = DEFAULT_NEXT,
+        csrf_token: Annotated[str | None, Form()] = None,
+    ) -> Response:
+        return _submit(
+            request,
+            services,
+            session,
+            action=action,
+            email=email,
+            password=password,
+            next_path=next,
+            csrf_token=csrf_token,
+        )
+
+    return submit
 
 
-@router.post("/signup")
-def signup_submit(
-    request: Request,
-    services: ServicesDep,
-    session: WriteSession,
-    email: Annotated[str, Form(max_length=320)] = "",
-    password: Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)] = "",
-    action: Annotated[str, Form()] = "signup",
-    next: Annotated[str, Form()] = DEFAULT_NEXT,
-    csrf_token: Annotated[str | None, Form()] = None,
-) -> Response:
-    return _submit(
-        request,
-        services,
-        session,
-        action=action,
-        email=email,
-        password=password,
-        next_path=next,
-        csrf_token=csrf_token,
-    )
+login_submit = router.post("/login", name="login_submit")(_submit_endpoint("login"))
+signup_submit = router.post("/signup", name="signup_submit")(_submit_endpoint("signup"))
 
 
 @router.post("/logout")
