@@ -403,16 +403,14 @@ class _Writer:
         block.line(flow.left, flow.right, y + 3, width=0.25)
         flow.place(block)
 
-    def rows_page(self, flow: Flow) -> None:
-        self.continuation(flow)
-        self.rows_header(flow)
-
     def rows(self) -> None:
-        self.rows_header(self.flow)
-        self.flow.on_new_page = self.rows_page
-        for row in self.data.rows:
-            self.row(row)
-        self.flow.on_new_page = self.continuation
+        pdfkit.table(
+            self.flow,
+            self.data.rows,
+            self.row,
+            header=self.rows_header,
+            continuation=self.continuation,
+        )
 
     def totals(self) -> None:
         d, flow = self.data, self.flow

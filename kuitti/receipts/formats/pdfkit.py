@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 from xml.sax.saxutils import escape
 
 from bidi import get_display  # type: ignore[import-untyped]
@@ -49,6 +49,8 @@ MONO = "DejaVuSansMono"
 PRODUCER = "kuitti (ReportLab)"
 # The largest page side PDF viewers accept (PDF 1.7 implementation limit, 200 inches).
 MAX_PAGE_SIDE = 14_400.0
+
+RowT = TypeVar("RowT")
 
 Color = tuple[float, float, float]
 BLACK: Color = (0.0, 0.0, 0.0)
@@ -305,6 +307,28 @@ class Flow:
 
 # --------------------------------------------------------------------------------------------
 # Drawing and PDF/A
+
+
+def table(
+    flow: Flow,
+    rows: Iterable[RowT],
+    draw_row: Callable[[RowT], None],
+    *,
+    header: Callable[[Flow], None],
+    continuation: Callable[[Flow], None],
+) -> None:
+    """Draw a table: ``header``, then each row; a page the rows run onto starts with
+    ``continuation`` and the header again. Afterwards new pages get ``continuation`` alone."""
+
+    def rows_page(page_flow: Flow) -> None:
+        continuation(page_flow)
+        header(page_flow)
+
+    header(flow)
+    flow.on_new_page = rows_page
+    for row in rows:
+        draw_row(row)
+    flow.on_new_page = continuation
 
 
 @dataclass(frozen=True, slots=True)

@@ -341,16 +341,14 @@ class _Writer:
         block.line(flow.left, flow.right, y + 2, width=0.25)
         flow.place(block)
 
-    def rows_page(self, flow: Flow) -> None:
-        self.continuation(flow)
-        self.rows_header(flow)
-
     def rows(self) -> None:
-        self.rows_header(self.flow)
-        self.flow.on_new_page = self.rows_page
-        for row in self.view.rows:
-            self.row(row)
-        self.flow.on_new_page = self.continuation
+        pdfkit.table(
+            self.flow,
+            self.view.rows,
+            self.row,
+            header=self.rows_header,
+            continuation=self.continuation,
+        )
 
     # totals, VAT, payments ---------------------------------------------------------------------
 
