@@ -243,7 +243,7 @@ def run_configuration(
     from kuitti.webhooks.events import NotificationType, enqueue
 
     var_dir = Path(tempfile.mkdtemp(prefix="kuitti-bench-"))
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         database_url=database_url,
         var_dir=var_dir,
         secret_key=SECRET,

@@ -15,6 +15,7 @@ from typing import Annotated, Any, NoReturn
 
 import orjson
 import typer
+import uvloop
 from pydantic import ValidationError
 
 from kuitti.clock import SystemClock
@@ -119,7 +120,8 @@ def worker() -> None:
             loop.add_signal_handler(sig, stop.set)
         await run_worker(services, stop)
 
-    asyncio.run(main(open_services()))
+    # uvloop (installed with uvicorn[standard]) as kuitti serve uses: less CPU per delivery.
+    uvloop.run(main(open_services()))
 
 
 @db_app.command("upgrade")
