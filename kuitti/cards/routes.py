@@ -48,6 +48,21 @@ def _issuer(
 CardIssuer = Annotated[Partner, Depends(_issuer)]
 
 
+def _json_object_body(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    """``openapi_extra`` for a required JSON-object request body (the routes read the raw body,
+    so FastAPI cannot describe it by itself)."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"type": "object", "required": required, "properties": properties}
+                }
+            },
+        }
+    }
+
+
 def _json_body(body: bytes, content_type: str | None) -> object:
     require_json(content_type)
     return parse_json(body)
@@ -61,25 +76,15 @@ def _json_body(body: bytes, content_type: str | None) -> object:
         400: {"description": "Invalid fields; a full card number is always refused."},
         409: {"description": "partner_card_id already enrolled with other details."},
     },
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["partner_card_id", "masked_pan", "exp_date"],
-                        "properties": {
-                            "partner_card_id": {"type": "string"},
-                            "masked_pan": {"type": "string", "example": "415301******1234"},
-                            "exp_date": {"type": "string", "example": "2028-12-31T23:59:59Z"},
-                            "name": {"type": "string"},
-                        },
-                    }
-                }
-            },
-        }
-    },
+    openapi_extra=_json_object_body(
+        required=["partner_card_id", "masked_pan", "exp_date"],
+        properties={
+            "partner_card_id": {"type": "string"},
+            "masked_pan": {"type": "string", "example": "415301******1234"},
+            "exp_date": {"type": "string", "example": "2028-12-31T23:59:59Z"},
+            "name": {"type": "string"},
+        },
+    ),
 )
 def enroll_card(
     body: RawBody,
@@ -131,41 +136,31 @@ def delete_card(
         400: {"description": "Invalid fields."},
         404: {"description": "No such card of this issuer."},
     },
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "required": [
-                            "transaction_type",
-                            "amount",
-                            "currency",
-                            "timestamp",
-                            "merchant_id",
-                            "merchant_name",
-                        ],
-                        "properties": {
-                            "partner_card_id": {"type": "string"},
-                            "service_card_id": {"type": "string"},
-                            "transaction_type": {"type": "string", "enum": ["auth", "clearing"]},
-                            "amount": {
-                                "type": "integer",
-                                "description": "Signed, fractional units; a refund is negative.",
-                            },
-                            "currency": {"type": "string", "example": "EUR"},
-                            "timestamp": {"type": "string", "example": "2026-01-15T14:03:11+02:00"},
-                            "merchant_id": {"type": "string"},
-                            "merchant_name": {"type": "string"},
-                            "reference_number": {"type": "string"},
-                            "authorization_code": {"type": "string"},
-                        },
-                    }
-                }
+    openapi_extra=_json_object_body(
+        required=[
+            "transaction_type",
+            "amount",
+            "currency",
+            "timestamp",
+            "merchant_id",
+            "merchant_name",
+        ],
+        properties={
+            "partner_card_id": {"type": "string"},
+            "service_card_id": {"type": "string"},
+            "transaction_type": {"type": "string", "enum": ["auth", "clearing"]},
+            "amount": {
+                "type": "integer",
+                "description": "Signed, fractional units; a refund is negative.",
             },
-        }
-    },
+            "currency": {"type": "string", "example": "EUR"},
+            "timestamp": {"type": "string", "example": "2026-01-15T14:03:11+02:00"},
+            "merchant_id": {"type": "string"},
+            "merchant_name": {"type": "string"},
+            "reference_number": {"type": "string"},
+            "authorization_code": {"type": "string"},
+        },
+    ),
 )
 def create_transaction(
     body: RawBody,
