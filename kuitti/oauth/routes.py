@@ -330,6 +330,31 @@ def _membership_target(
     return connection, partner, redirect_uri
 
 
+def _membership_form(
+    request: Request,
+    connection: Connection,
+    partner: Partner,
+    redirect_uri: str,
+    *,
+    error: str | None = None,
+    status_code: int = 200,
+) -> Response:
+    """The membership page: the connection's scopes to keep, change or remove."""
+    return render(
+        request,
+        "oauth/membership.html",
+        {
+            "connection": connection,
+            "partner_name": partner.name,
+            "granted": parse_scope(connection.scope) or [],
+            "all_scopes": list(Scope),
+            "redirect_uri": redirect_uri,
+            "error": error,
+        },
+        status_code=status_code,
+    )
+
+
 @router.get("/membership", include_in_schema=True, tags=["oauth"], summary="Manage a connection")
 def membership_page(
     request: Request,
@@ -343,18 +368,7 @@ def membership_page(
     if isinstance(target, Response):
         return target
     connection, partner, uri = target
-    return render(
-        request,
-        "oauth/membership.html",
-        {
-            "connection": connection,
-            "partner_name": partner.name,
-            "granted": parse_scope(connection.scope) or [],
-            "all_scopes": list(Scope),
-            "redirect_uri": uri,
-            "error": None,
-        },
-    )
+    return _membership_form(request, connection, partner, uri)
 
 
 @router.post("/membership", include_in_schema=False)
@@ -382,17 +396,12 @@ def membership_submit(
             case "modify":
                 scopes = parse_scope(" ".join(chosen)) if chosen else None
                 if scopes is None:
-                    return render(
+                    return _membership_form(
                         request,
-                        "oauth/membership.html",
-                        {
-                            "connection": connection,
-                            "partner_name": partner.name,
-                            "granted": parse_scope(connection.scope) or [],
-                            "all_scopes": list(Scope),
-                            "redirect_uri": uri,
-                            "error": "Choose at least one permission, or remove the connection.",
-                        },
+                        connection,
+                        partner,
+                        uri,
+                        error="Choose at least one permission, or remove the connection.",
                         status_code=400,
                     )
                 connection.scope = scope_string(scopes)

@@ -42,25 +42,30 @@ def message_page(
     )
 
 
+def _account_message(request: Request, title: str, *lines: str, status_code: int = 200) -> Response:
+    """A message page whose link leads back to the account page."""
+    return message_page(
+        request, title, *lines, link=("/account", "Your account"), status_code=status_code
+    )
+
+
 @router.get("/verify-email/{token}")
 def verify_email(
     request: Request, token: str, services: ServicesDep, session: WriteSession
 ) -> Response:
     user = users.verify_email(session, token, now=services.clock.now())
     if user is None:
-        return message_page(
+        return _account_message(
             request,
             "This link does not work",
             "The link has been used already or has expired. You can ask for a new one on your "
             "account page.",
-            link=("/account", "Your account"),
             status_code=400,
         )
-    return message_page(
+    return _account_message(
         request,
         "Your e-mail address is confirmed",
         f"Receipts sent to {user.email} now reach your kuitti account.",
-        link=("/account", "Your account"),
     )
 
 
@@ -75,11 +80,10 @@ def resend_verification(
     check_csrf(request, csrf_token)
     if user.email_verified_at is None:
         users.send_verification_mail(session, services.settings, user, now=services.clock.now())
-    return message_page(
+    return _account_message(
         request,
         "Check your e-mail",
         f"We sent a new confirmation link to {user.email}.",
-        link=("/account", "Your account"),
     )
 
 
