@@ -22,6 +22,7 @@ import httpx
 import psycopg
 import pytest
 import uvicorn
+from playwright.sync_api import Browser
 from sqlalchemy import text
 
 from kuitti.app import create_app
@@ -30,6 +31,7 @@ from kuitti.config import Settings
 from kuitti.db import Base, Database
 from kuitti.dbmigrate import upgrade
 from kuitti.deps import Services
+from tests.browser import launch_chromium
 
 BACKEND = os.environ.get("KUITTI_TEST_DATABASE", "sqlite")
 PG_ADMIN_URL = os.environ.get(
@@ -161,3 +163,10 @@ def services(session_services: Services, clock: FrozenClock) -> Iterator[Service
 def client(live_server: LiveServer, services: Services) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=live_server.url, timeout=30) as http:
         yield http
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Headless chromium (``tests/browser.py``), one per test module."""
+    with launch_chromium() as chromium:
+        yield chromium

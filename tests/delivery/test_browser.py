@@ -5,7 +5,6 @@ and screenshots at phone and desktop width under ``test-artifacts/``."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,30 +12,19 @@ import httpx
 import pytest
 import zxingcpp
 from PIL import Image
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 from pypdf import PdfReader
 
 from kuitti.deps import Services
+from tests.browser import needs_chromium
 from tests.conftest import LiveServer
 from tests.delivery.support import make_merchant, owners, post_receipt
 from tests.factories import card_payment, many_rows, product_row, receipt_doc, token_body
 
-CHROMIUM = Path("/usr/bin/chromium")
 AXE = Path(__file__).parent / "vendor" / "axe.min.js"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield browser
-        browser.close()
+pytestmark = needs_chromium
 
 
 def rich_receipt() -> dict[str, Any]:

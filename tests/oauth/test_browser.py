@@ -3,37 +3,25 @@ return to the partner with the code; a screenshot of the consent page under test
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Route, sync_playwright
+from playwright.sync_api import Browser, Route
 
 from kuitti.deps import Services
+from tests.browser import needs_chromium
 from tests.conftest import LiveServer
 from tests.factories import make_user
 from tests.oauth.flow import REDIRECT_URI, auth_params, exchange, make_app, state_of
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium"),
+    needs_chromium,
 ]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield browser
-        browser.close()
 
 
 class TestConsentInBrowser:
