@@ -6,15 +6,18 @@ import base64
 import hashlib
 import re
 import secrets
+import uuid
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import orjson
 
-from kuitti.models import PartnerRole
+from kuitti.delivery.service import deliver_to_user
+from kuitti.deps import Services
+from kuitti.models import PartnerRole, Receipt
 from kuitti.partners.service import NewPartner
-from tests.factories import make_partner
+from tests.factories import auth, make_partner, receipt_doc
 
 REDIRECT_URI = "https://bank.example/oauth/callback"
 CSRF_RE = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -141,3 +144,18 @@ def connect(
     assert answer.status_code == 200, answer.text
     token: str = answer.json()["access_token"]
     return token
+
+
+def delivered_receipt(
+    client: httpx.Client, services: Services, user_id: uuid.UUID, merchant_name: str = "Kauppa Oy"
+) -> str:
+    """A merchant posts a receipt and it is delivered to the user; its ``receipt_id``."""
+    merchant = make_partner(services, PartnerRole.MERCHANT, name=merchant_name)
+    answer = client.post("/api/v1/receipts/", json=receipt_doc(), headers=auth(merchant.api_key))
+    assert answer.status_code == 200, answer.text
+    receipt_id: str = answer.json()["receipt_id"]
+    with services.db.session() as session:
+        receipt = session.get(Receipt, uuid.UUID(receipt_id))
+        assert receipt is not None
+        deliver_to_user(session, receipt, user_id, via="test", now=services.clock.now())
+    return receipt_id

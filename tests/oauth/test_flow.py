@@ -13,13 +13,20 @@ import pytest
 from authlib.deprecate import AuthlibDeprecationWarning
 from sqlalchemy import func, select
 
-from kuitti.delivery.service import deliver_to_user
 from kuitti.deps import Services
-from kuitti.models import Connection, PartnerRole, Receipt, WebhookDelivery
+from kuitti.models import Connection, WebhookDelivery
 from kuitti.oauth.bearer import verify_access_token
 from tests.conftest import LiveServer
-from tests.factories import auth, make_partner, make_user, receipt_doc
-from tests.oauth.flow import REDIRECT_URI, connect, consent, log_in, make_app, state_of
+from tests.factories import make_user
+from tests.oauth.flow import (
+    REDIRECT_URI,
+    connect,
+    consent,
+    delivered_receipt,
+    log_in,
+    make_app,
+    state_of,
+)
 
 with warnings.catch_warnings():
     # Authlib 1.9 prefers the httpx2 package and warns when it falls back to httpx.
@@ -170,18 +177,6 @@ class TestEndpointsAsDocumented:
             assert session.scalar(select(func.count()).select_from(Connection)) == 1
 
 
-def _delivered_receipt(client: httpx.Client, services: Services, user_id: uuid.UUID) -> str:
-    merchant = make_partner(services, PartnerRole.MERCHANT)
-    answer = client.post("/api/v1/receipts/", json=receipt_doc(), headers=auth(merchant.api_key))
-    assert answer.status_code == 200, answer.text
-    receipt_id: str = answer.json()["receipt_id"]
-    with services.db.session() as session:
-        receipt = session.get(Receipt, uuid.UUID(receipt_id))
-        assert receipt is not None
-        deliver_to_user(session, receipt, user_id, via="test", now=services.clock.now())
-    return receipt_id
-
-
 class TestUserAuthorizedReading:
     def test_reads_and_lists_the_users_receipts(
         self, client: httpx.Client, services: Services
@@ -189,7 +184,7 @@ class TestUserAuthorizedReading:
         app = make_app(services)
         user = make_user(services, "maija@example.com")
         token = connect(client, app, "maija@example.com")
-        receipt_id = _delivered_receipt(client, services, user.id)
+        receipt_id = delivered_receipt(client, services, user.id)
         for header in ("SERVICE_APIKEY", "Service-Apikey"):
             headers = {header: app.api_key, "Authorization": f"Bearer {token}"}
             one = client.get(f"/api/v1/receipts/{receipt_id}/service_json/", headers=headers)
@@ -203,7 +198,7 @@ class TestUserAuthorizedReading:
         make_user(services, "maija@example.com")
         other = make_user(services, "matti@example.com")
         token = connect(client, app, "maija@example.com")
-        receipt_id = _delivered_receipt(client, services, other.id)
+        receipt_id = delivered_receipt(client, services, other.id)
         headers = {"SERVICE_APIKEY": app.api_key, "Authorization": f"Bearer {token}"}
         answer = client.get(f"/api/v1/receipts/{receipt_id}/service_json/", headers=headers)
         assert answer.status_code == 404
@@ -213,7 +208,7 @@ class TestUserAuthorizedReading:
         other = make_app(services, name="Toinen")
         user = make_user(services, "maija@example.com")
         token = connect(client, app, "maija@example.com")
-        receipt_id = _delivered_receipt(client, services, user.id)
+        receipt_id = delivered_receipt(client, services, user.id)
         headers = {"SERVICE_APIKEY": other.api_key, "Authorization": f"Bearer {token}"}
         answer = client.get(f"/api/v1/receipts/{receipt_id}/service_json/", headers=headers)
         assert answer.status_code == 401
@@ -225,7 +220,7 @@ class TestUserAuthorizedReading:
         app = make_app(services)
         user = make_user(services, "maija@example.com")
         token = connect(client, app, "maija@example.com", scope="receipt:write")
-        receipt_id = _delivered_receipt(client, services, user.id)
+        receipt_id = delivered_receipt(client, services, user.id)
         headers = {"SERVICE_APIKEY": app.api_key, "Authorization": f"Bearer {token}"}
         answer = client.get(f"/api/v1/receipts/{receipt_id}/service_json/", headers=headers)
         assert answer.status_code == 403
@@ -238,7 +233,7 @@ class TestRevoke:
         app = make_app(services, webhook_url="http://127.0.0.1:9/hook")
         user = make_user(services, "maija@example.com")
         token = connect(client, app, "maija@example.com")
-        receipt_id = _delivered_receipt(client, services, user.id)
+        receipt_id = delivered_receipt(client, services, user.id)
         bearer = {"Authorization": f"Bearer {token}"}
         with services.db.session(write=False) as session:
             service_id = str(verify_access_token(session, services.settings, token).id)

@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 import re
-import uuid
 
 import httpx
 from sqlalchemy import func, select
 
 from kuitti.delivery.mail import send_due_mail
-from kuitti.delivery.service import deliver_to_user
 from kuitti.deps import Services
-from kuitti.models import Connection, PartnerRole, Receipt, User, UserSession, WebhookDelivery
-from tests.factories import auth, make_partner, make_user, receipt_doc
-from tests.oauth.flow import connect, csrf_of, log_in, make_app
+from kuitti.models import Connection, User, UserSession, WebhookDelivery
+from tests.factories import make_user
+from tests.oauth.flow import connect, csrf_of, delivered_receipt, log_in, make_app
 from tests.users.conftest import Inbox
-
-
-def delivered_receipt(client: httpx.Client, services: Services, user_id: uuid.UUID) -> str:
-    merchant = make_partner(services, PartnerRole.MERCHANT, name="Lähikauppa")
-    answer = client.post("/api/v1/receipts/", json=receipt_doc(), headers=auth(merchant.api_key))
-    assert answer.status_code == 200, answer.text
-    receipt_id: str = answer.json()["receipt_id"]
-    with services.db.session() as session:
-        receipt = session.get(Receipt, uuid.UUID(receipt_id))
-        assert receipt is not None
-        deliver_to_user(session, receipt, user_id, via="test", now=services.clock.now())
-    return receipt_id
 
 
 def revoke_events(services: Services) -> int:
@@ -51,7 +37,7 @@ class TestAccountPage:
         app = make_app(services, name="Pankki <b>App</b>")
         user = make_user(services, "maija@example.com")
         connect(client, app, "maija@example.com")
-        delivered_receipt(client, services, user.id)
+        delivered_receipt(client, services, user.id, merchant_name="Lähikauppa")
         page = client.get("/account")
         assert page.status_code == 200
         assert "Pankki &lt;b&gt;App&lt;/b&gt;" in page.text
@@ -104,7 +90,7 @@ class TestAccountPage:
         app = make_app(services)
         user = make_user(services, "maija@example.com")
         connect(client, app, "maija@example.com")
-        receipt_id = delivered_receipt(client, services, user.id)
+        receipt_id = delivered_receipt(client, services, user.id, merchant_name="Lähikauppa")
         answer = client.get("/account/export")
         assert answer.status_code == 200
         assert answer.headers["content-type"] == "application/json"
@@ -124,7 +110,7 @@ class TestAccountPage:
         user = make_user(services, "maija@example.com")
         token = connect(client, first, "maija@example.com")
         connect(client, second, "maija@example.com", scope="receipt:write")
-        delivered_receipt(client, services, user.id)
+        delivered_receipt(client, services, user.id, merchant_name="Lähikauppa")
         page = client.get("/account")
         wrong = client.post(
             "/account/delete", data={"password": "wrong one", "csrf_token": csrf_of(page)}
