@@ -15,7 +15,6 @@ It calls the renderers in-process (no HTTP, no database), as Endpoint 3 and the 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -34,7 +33,7 @@ from kuitti.models import Partner, Receipt
 from kuitti.receipts import formats
 from kuitti.receipts.formats import DataFormat, render
 from kuitti.receipts.formats.layout import Layout
-from tests.factories import card_payment, many_rows, receipt_doc
+from tests.factories import card_payment, many_rows, receipt_doc, unsaved_receipt
 
 GOALS_MS = {
     ("service_pdf", 5): 25.0,
@@ -64,23 +63,6 @@ def _document(rows: int) -> dict[str, Any]:
         ]
         doc["verifications"] = [verification(ocmf_key())]
     return doc
-
-
-def _receipt(doc: dict[str, Any]) -> Receipt:
-    text = json.dumps(doc, ensure_ascii=False)
-    return Receipt(
-        id=uuid.uuid4(),
-        partner_id=uuid.uuid4(),
-        document=text,
-        document_hash=hashlib.sha256(text.encode()).hexdigest(),
-        receipt_number=doc["receiptNumber"],
-        receipt_time=datetime.fromisoformat(doc["receiptTimeStamp"]),
-        merchant_name=doc["merchant"]["name"],
-        total=doc["totalPriceIncVAT"],
-        currency=doc["currencyISOCode"],
-        token_statuses=[],
-        created_at=datetime.now(UTC),
-    )
 
 
 def _poster() -> Partner:
@@ -122,7 +104,8 @@ def run(repeat: int) -> list[dict[str, Any]]:
     for rows in (5, 60):
         doc = _document(rows)
         for label, fmt, layout in CASES:
-            receipt = _receipt(doc)  # a new id: nothing of it is cached yet
+            # a new id: nothing of it is cached yet
+            receipt = unsaved_receipt(doc, ensure_ascii=False)
 
             def uncached(r: Receipt = receipt, f: DataFormat = fmt, lay: Layout = layout) -> None:
                 formats.cache.clear()

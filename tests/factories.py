@@ -4,11 +4,15 @@ arithmetic of SPEC §4 holds), so a test changes only what it is about."""
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import uuid
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from kuitti.deps import Services
-from kuitti.models import PartnerRole, User
+from kuitti.models import PartnerRole, Receipt, User
 from kuitti.partners.service import NewPartner, create_partner
 from kuitti.security import SecretBox
 from kuitti.users.service import create_user
@@ -164,3 +168,22 @@ def make_user(
 
 def auth(api_key: str) -> dict[str, str]:
     return {"Authorization": f"Token {api_key}"}
+
+
+def unsaved_receipt(doc: dict[str, Any], *, ensure_ascii: bool = True) -> Receipt:
+    """A ``Receipt`` row for ``doc`` (a new id, never stored), to render formats directly."""
+    text = json.dumps(doc, ensure_ascii=ensure_ascii)
+    return Receipt(
+        id=uuid.uuid4(),
+        partner_id=uuid.uuid4(),
+        document=text,
+        document_hash=hashlib.sha256(text.encode()).hexdigest(),
+        receipt_number=doc["receiptNumber"],
+        receipt_time=datetime.fromisoformat(doc["receiptTimeStamp"]),
+        merchant_name=doc["merchant"]["name"],
+        total=doc["totalPriceIncVAT"],
+        currency=doc["currencyISOCode"],
+        token_statuses=[],
+        created_at=datetime.now(UTC),
+    )
+

@@ -4,11 +4,8 @@ Rendering runs in-process here (the HTTP path is covered by the other tests)."""
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import uuid
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -16,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pypdf import PdfReader
 
-from kuitti.models import Partner, Receipt
+from kuitti.models import Partner
 from kuitti.receipts.formats import DataFormat, cache, render
 from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.schema import Receipt as ReceiptDocument
-from tests.factories import product_row, receipt_doc
+from tests.factories import product_row, receipt_doc, unsaved_receipt
 from tests.receipts.formats.support import assert_valid_finvoice
 
 texts = st.text(min_size=0, max_size=120)
@@ -76,23 +73,6 @@ def documents(draw: st.DrawFn) -> dict[str, Any]:
     return doc
 
 
-def stored(doc: dict[str, Any]) -> Receipt:
-    text = json.dumps(doc)
-    return Receipt(
-        id=uuid.uuid4(),
-        partner_id=uuid.uuid4(),
-        document=text,
-        document_hash=hashlib.sha256(text.encode()).hexdigest(),
-        receipt_number=doc["receiptNumber"],
-        receipt_time=datetime.fromisoformat(doc["receiptTimeStamp"]),
-        merchant_name=doc["merchant"]["name"],
-        total=doc["totalPriceIncVAT"],
-        currency=doc["currencyISOCode"],
-        token_statuses=[],
-        created_at=datetime.now(UTC),
-    )
-
-
 POSTER = Partner(id=uuid.uuid4(), name="Kauppa Oy", iban="FI2112345600000785", bic="NDEAFIHH")
 
 
@@ -105,7 +85,7 @@ class TestAnyReceipt:
     @given(documents())
     def test_every_format_is_valid(self, doc: dict[str, Any]) -> None:
         ReceiptDocument.model_validate(doc)  # the generator only makes valid documents
-        receipt = stored(doc)
+        receipt = unsaved_receipt(doc)
         cache.clear()
         xml = render(receipt, POSTER, DataFormat.FINVOICE_XML).content
         assert_valid_finvoice(xml)
