@@ -13,6 +13,7 @@ import orjson
 from sqlalchemy import select
 
 from kuitti.cards.matching import settle_due_matches
+from kuitti.cards.service import check_card_request, enroll_card
 from kuitti.clock import FrozenClock
 from kuitti.deps import Services
 from kuitti.models import (
@@ -79,6 +80,21 @@ class World:
                 assert card is not None
                 card.user_id = holder.id
         return card_id
+
+    def pilot_bank(self, masked_pan: str = PAN, name: str | None = None) -> NewPartner:
+        """A pilot bank (webhook at ``HOOK``) with one pilot card, enrolled directly."""
+        bank = make_partner(
+            self.services, PartnerRole.BANK_PILOT, name="Pilot Bank", webhook_url=HOOK
+        )
+        with self.services.db.session() as session:
+            enroll_card(
+                session,
+                bank.partner,
+                check_card_request("pilot-1", masked_pan, "2028-12", name),
+                now=self.clock.now(),
+                pilot=True,
+            )
+        return bank
 
     def transaction(
         self,

@@ -117,17 +117,7 @@ class TestTransactionNotification:
 
 class TestFullReceiptNotification:
     def test_body(self, world: World) -> None:
-        bank = make_partner(
-            world.services, PartnerRole.BANK_PILOT, name="Pilot Bank", webhook_url=HOOK
-        )
-        with world.services.db.session() as session:
-            enroll_card(
-                session,
-                bank.partner,
-                check_card_request("pilot-1", "415301******1234", "2028-12", "Maija"),
-                now=world.clock.now(),
-                pilot=True,
-            )
+        bank = world.pilot_bank(name="Maija")
         assert world.webhooks("card_added") == []
         doc = receipt_doc()
         world.clock.set(PAID_AT + timedelta(minutes=20))

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from kuitti.cards.service import check_card_request, enroll_card
-from kuitti.models import PartnerRole
-from tests.cards.support import AUTH_CODE, HOOK, PAID_AT, World, two_card_payments
-from tests.factories import card_payment, make_partner, make_user, product_row, receipt_doc
+from tests.cards.support import AUTH_CODE, PAID_AT, World, two_card_payments
+from tests.factories import card_payment, make_user, product_row, receipt_doc
 
 
 class TestOnePurchase:
@@ -133,18 +131,7 @@ class TestTies:
 
 class TestPilotCards:
     def _pilot(self, world: World, masked_pan: str = "415301******1234") -> object:
-        bank = make_partner(
-            world.services, PartnerRole.BANK_PILOT, name="Pilot Bank", webhook_url=HOOK
-        )
-        with world.services.db.session() as session:
-            enroll_card(
-                session,
-                bank.partner,
-                check_card_request("pilot-1", masked_pan, "2028-12", None),
-                now=world.clock.now(),
-                pilot=True,
-            )
-        return bank
+        return world.pilot_bank(masked_pan)
 
     def test_masked_pan_alone_matches_a_pilot_card(self, world: World) -> None:
         bank = self._pilot(world)
