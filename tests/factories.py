@@ -11,8 +11,10 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from kuitti.deps import Services
-from kuitti.models import PartnerRole, Receipt, User
+from kuitti.models import Connection, PartnerRole, Receipt, User
 from kuitti.partners.service import NewPartner, create_partner
 from kuitti.security import SecretBox
 from kuitti.users.service import create_user
@@ -187,3 +189,26 @@ def unsaved_receipt(doc: dict[str, Any], *, ensure_ascii: bool = True) -> Receip
         created_at=datetime.now(UTC),
     )
 
+
+def add_connection(
+    session: Session,
+    user_id: uuid.UUID,
+    partner_id: uuid.UUID,
+    *,
+    now: datetime,
+    scope: str = "receipt:read",
+    metadata: dict[str, str] | None = None,
+) -> Connection:
+    """An active connection (a ``service_id``) of the user to a partner app, added to
+    ``session`` directly, without the OAuth flow."""
+    connection = Connection(
+        id=uuid.uuid4(),
+        user_id=user_id,
+        partner_id=partner_id,
+        scope=scope,
+        partner_metadata=metadata,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(connection)
+    return connection

@@ -26,7 +26,14 @@ from kuitti.models import (
 )
 from kuitti.models.cards import CardMatch
 from kuitti.partners.service import NewPartner
-from tests.factories import auth, card_payment, make_partner, make_user, receipt_doc
+from tests.factories import (
+    add_connection,
+    auth,
+    card_payment,
+    make_partner,
+    make_user,
+    receipt_doc,
+)
 
 HOOK = "http://127.0.0.1:9/hook"
 PAID_AT = datetime(2026, 1, 15, 12, 3, 11, tzinfo=UTC)  # card_payment()'s default timeStamp
@@ -227,16 +234,7 @@ def connect_app(
     app = make_partner(services, PartnerRole.APP, name="Kuittisovellus", webhook_url=HOOK)
     now = services.clock.now()
     with services.db.session() as session:
-        connection = Connection(
-            id=uuid.uuid4(),
-            user_id=user.id,
-            partner_id=app.partner.id,
-            scope="receipt:read",
-            partner_metadata=metadata,
-            created_at=now,
-            updated_at=now,
-        )
-        session.add(connection)
+        connection = add_connection(session, user.id, app.partner.id, now=now, metadata=metadata)
     return app, connection
 
 

@@ -8,7 +8,7 @@ from kuitti.cards.service import check_card_request, enroll_card
 from kuitti.delivery.links import private_link
 from kuitti.models import PartnerRole
 from tests.cards.support import AUTH_CODE, HOOK, PAID_AT, REFERENCE, World, connect_app
-from tests.factories import auth, make_partner, receipt_doc
+from tests.factories import add_connection, auth, make_partner, receipt_doc
 
 
 class TestCardAdded:
@@ -137,9 +137,7 @@ class TestFullReceiptNotification:
         assert world.webhooks("receipt_notification") == []
 
     def test_service_id_is_the_pilot_users_connection_to_the_bank(self, world: World) -> None:
-        import uuid
-
-        from kuitti.models import Card, Connection
+        from kuitti.models import Card
 
         bank = make_partner(
             world.services, PartnerRole.BANK_PILOT, name="Pilot Bank", webhook_url=HOOK
@@ -156,15 +154,7 @@ class TestFullReceiptNotification:
             stored = session.get(Card, card.id)
             assert stored is not None
             stored.user_id = world.user.id
-            connection = Connection(
-                id=uuid.uuid4(),
-                user_id=world.user.id,
-                partner_id=bank.partner.id,
-                scope="receipt:read",
-                created_at=now,
-                updated_at=now,
-            )
-            session.add(connection)
+            connection = add_connection(session, world.user.id, bank.partner.id, now=now)
         world.clock.set(PAID_AT + timedelta(minutes=20))
         receipt = world.receipt()
         [row] = world.webhooks("full_receipt_notification")

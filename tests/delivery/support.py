@@ -13,7 +13,6 @@ from sqlalchemy import select
 from kuitti.deps import Services
 from kuitti.models import (
     Card,
-    Connection,
     MailMessage,
     Partner,
     PartnerRole,
@@ -24,7 +23,7 @@ from kuitti.models import (
 from kuitti.oauth.tokens import issue_access_token
 from kuitti.partners.service import NewPartner
 from kuitti.users.service import create_user
-from tests.factories import auth, make_partner
+from tests.factories import add_connection, auth, make_partner
 
 
 @dataclass(frozen=True)
@@ -48,17 +47,7 @@ def connect(
 ) -> Connected:
     now = services.clock.now()
     with services.db.session() as session:
-        connection = Connection(
-            id=uuid.uuid4(),
-            user_id=user.id,
-            partner_id=app.partner.id,
-            scope=scope,
-            partner_metadata=None,
-            created_at=now,
-            updated_at=now,
-            revoked_at=None,
-        )
-        session.add(connection)
+        connection = add_connection(session, user.id, app.partner.id, now=now, scope=scope)
         session.flush()
         partner = session.get(Partner, app.partner.id)
         assert partner is not None
