@@ -274,7 +274,14 @@ def list_receipts(
         index = ReceiptGrant
         owner = ReceiptGrant.partner_id == reader.partner_id
     query = (
-        select(Receipt.id, Receipt.merchant_name, Receipt.document, Receipt.total, Receipt.currency)
+        select(
+            Receipt.id,
+            Receipt.merchant_name,
+            Receipt.document,
+            Receipt.total,
+            Receipt.currency,
+            index.receipt_time,
+        )
         .join(index, index.receipt_id == Receipt.id)
         .where(owner)
         .order_by(index.receipt_time.desc(), index.receipt_id.desc())
@@ -293,7 +300,7 @@ def list_receipts(
     rows = session.execute(query).all()
     page = rows[:limit]
     items = []
-    for receipt_id, merchant_name, document, total, currency in page:
+    for receipt_id, merchant_name, document, total, currency, _sort_time in page:
         items.append(
             {
                 "receipt_id": str(receipt_id),
@@ -305,10 +312,9 @@ def list_receipts(
         )
     next_cursor = None
     if len(rows) > limit:
-        last_id = page[-1][0]
-        last_time = session.scalar(select(Receipt.receipt_time).where(Receipt.id == last_id))
-        assert last_time is not None
-        next_cursor = encode_cursor(last_time, last_id)
+        # The cursor is the last row's own sort key, which the page already holds.
+        last = page[-1]
+        next_cursor = encode_cursor(last.receipt_time, last.id)
     return {"receipts": items, "next_cursor": next_cursor}
 
 
