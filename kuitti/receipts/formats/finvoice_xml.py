@@ -1,6 +1,6 @@
 """The receipt as a Finvoice 3.0 document (``finvoice_xml``), a paid receipt (``REC01``/``REC02``).
 
-Mapping decisions follow ``shared/finvoice/MAPPING.md`` and are written up in ``docs/formats.md``.
+Mapping decisions follow the Finvoice 3.0 data list and are written up in ``docs/formats.md``.
 The essentials:
 
 - elements are written in the XSD's sequence order, optional elements without data are omitted
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from functools import lru_cache
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from babel import Locale
@@ -36,6 +37,8 @@ from kuitti.receipts.formats.codes import ean_check_valid
 from kuitti.receipts.view import mask_pan
 
 ENCODING = "ISO-8859-15"
+# The official schema, shipped with the package (provenance and licence in schema/README.md).
+FINVOICE_SCHEMA_PATH = Path(__file__).parent / "schema" / "Finvoice3.0.xsd"
 MEDIA_TYPE = f"application/xml; charset={ENCODING}"
 FINLAND = ZoneInfo("Europe/Helsinki")
 VAT_CODES = frozenset({"S", "Z", "E", "AE", "K", "G", "O", "L", "M", "B"})

@@ -21,11 +21,11 @@ from PIL import Image
 from pypdf import PdfReader
 
 from kuitti.deps import Services
+from kuitti.receipts.formats.finvoice_xml import FINVOICE_SCHEMA_PATH
 from tests.factories import auth, card_payment, make_partner, product_row, receipt_doc
 
 REPO = Path(__file__).resolve().parents[3]
-# CI clones the repository with shared/ beside it: <repo>/../shared/finvoice/.
-FINVOICE_XSD = REPO.parent / "shared" / "finvoice" / "Finvoice3.0.xsd"
+FINVOICE_XSD = FINVOICE_SCHEMA_PATH
 ARTIFACTS = REPO / "test-artifacts" / "formats"
 IBAN = "FI2112345600000785"
 BIC = "NDEAFIHH"
