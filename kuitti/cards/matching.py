@@ -46,7 +46,6 @@ from kuitti.cards import pan
 from kuitti.config import Settings
 from kuitti.delivery.links import private_link
 from kuitti.delivery.service import deliver_to_user, grant
-from kuitti.deps import Services
 from kuitti.logs import log
 from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_SECONDS
 from kuitti.models import Card, Connection, Partner, Receipt
@@ -61,6 +60,7 @@ from kuitti.models.cards import (
 from kuitti.receipts.schema import CardPayment
 from kuitti.receipts.schema import Receipt as ReceiptDocument
 from kuitti.receipts.validation import card_payments
+from kuitti.services import Services
 from kuitti.webhooks.events import NotificationType, enqueue
 
 AUTH_WINDOW = timedelta(minutes=15)

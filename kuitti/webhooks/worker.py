@@ -42,11 +42,11 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from kuitti import metrics
 from kuitti.config import Settings
-from kuitti.deps import Services
 from kuitti.logs import log
 from kuitti.models import Partner, WebhookAttempt, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
 from kuitti.security import SecretBox
+from kuitti.services import Services
 from kuitti.webhooks.events import WAKE_CHANNEL, subscribe_wakeups
 from kuitti.webhooks.signing import InvalidWebhookKey, webhook_headers
 from kuitti.webhooks.ssrf import TargetGuard, TargetRefused

@@ -15,7 +15,6 @@ from sqlalchemy import select
 from kuitti.cards.matching import settle_due_matches
 from kuitti.cards.service import check_card_request, enroll_card
 from kuitti.clock import FrozenClock
-from kuitti.deps import Services
 from kuitti.models import (
     Connection,
     PartnerRole,
@@ -26,6 +25,7 @@ from kuitti.models import (
 )
 from kuitti.models.cards import CardMatch
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
 from tests.factories import (
     add_connection,
     auth,
