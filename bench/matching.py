@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kuitti.app import create_app  # noqa: E402
-from kuitti.cards.matching import settle_due_matches  # noqa: E402
+from kuitti.cards.settler import settle_due_matches  # noqa: E402
 from kuitti.clock import FrozenClock  # noqa: E402
 from kuitti.config import Settings  # noqa: E402
 from kuitti.db import Database  # noqa: E402
