@@ -378,7 +378,7 @@ async def send(
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     elapsed = time.perf_counter() - started
     metrics.WEBHOOK_ATTEMPT_LATENCY.observe(elapsed)
-    return Outcome(
+    outcome = Outcome(
         claim=claim,
         at=at,
         finished_at=services.clock.now(),
@@ -386,6 +386,16 @@ async def send(
         latency_ms=round(elapsed * 1000),
         error=error[:ERROR_MAX_CHARS] if error else None,
     )
+    log.info(
+        "webhook attempt",
+        delivery_id=claim.webhook_id,
+        partner_id=str(claim.partner_id),
+        notification_type=claim.notification_type,
+        status_code=status_code,
+        latency_ms=outcome.latency_ms,
+        error=outcome.error,
+    )
+    return outcome
 
 
 async def _drain(response: aiohttp.ClientResponse) -> None:

@@ -9,6 +9,7 @@ from datetime import timedelta
 import httpx
 import orjson
 import pytest
+import structlog
 from sqlalchemy import func, select
 from standardwebhooks import Webhook
 
@@ -347,6 +348,31 @@ class TestFaults:
         [attempt] = delivery(services, delivery_id).attempts
         assert attempt.error is not None
         assert attempt.error.startswith("could not connect: ")
+
+
+class TestAttemptLog:
+    def test_one_info_line_per_attempt(self, services: Services, clock: FrozenClock) -> None:
+        with Receiver(Behaviour(status=503)) as endpoint:
+            partner = webhook_partner(services, endpoint.url)
+            delivery_id = queue(services, partner, kind=NotificationType.OAUTH_REVOKE)
+            with structlog.testing.capture_logs() as logs:
+                deliver(services)
+                clock.set(delivery(services, delivery_id).next_attempt_at)
+                deliver(services)
+        lines = [line for line in logs if line["event"] == "webhook attempt"]
+        assert [line.pop("latency_ms") >= 0 for line in lines] == [True, True]
+        assert lines == [
+            {
+                "event": "webhook attempt",
+                "log_level": "info",
+                "delivery_id": str(delivery_id),
+                "partner_id": str(partner.partner.id),
+                "notification_type": "oauth_authorization_revoke",
+                "status_code": status,
+                "error": error,
+            }
+            for status, error in [(503, "HTTP 503"), (200, None)]
+        ]
 
 
 class TestRetrySchedule:
