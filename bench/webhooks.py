@@ -141,7 +141,7 @@ def worker_main(use_uvloop: bool) -> None:
     from kuitti.clock import SystemClock
     from kuitti.config import load_settings
     from kuitti.db import Database
-    from kuitti.deps import Services
+    from kuitti.services import Services
     from kuitti.webhooks.worker import run_worker
 
     settings = load_settings()
@@ -236,10 +236,10 @@ def run_configuration(
     from kuitti.config import Settings
     from kuitti.db import Database
     from kuitti.dbmigrate import upgrade
-    from kuitti.deps import Services
     from kuitti.models import PartnerRole
     from kuitti.partners.service import create_partner
     from kuitti.security import SecretBox
+    from kuitti.services import Services
     from kuitti.webhooks.events import NotificationType, enqueue
 
     var_dir = Path(tempfile.mkdtemp(prefix="kuitti-bench-"))

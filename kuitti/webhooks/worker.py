@@ -44,11 +44,11 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from kuitti import metrics
 from kuitti.config import Settings
-from kuitti.deps import Services
 from kuitti.logs import log
 from kuitti.models import Partner, WebhookAttempt, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
 from kuitti.security import SecretBox
+from kuitti.services import Services
 from kuitti.webhooks.events import WAKE_CHANNEL, subscribe_wakeups
 from kuitti.webhooks.signing import InvalidWebhookKey, webhook_headers
 from kuitti.webhooks.ssrf import TargetGuard, TargetRefused
@@ -679,7 +679,7 @@ async def run_worker(
     poll_seconds: float = POLL_SECONDS,
 ) -> None:
     """Run until ``stop`` is set: webhooks, e-mail (``send_due_mail`` in a thread) and the
-    card-linking re-check (``kuitti.cards.matching.run_settler``) side by side.
+    card-linking re-check (``kuitti.cards.settler.run_settler``) side by side.
 
     ``poll_seconds`` bounds how long a retry that fell due, or an event queued by another
     process without PostgreSQL's NOTIFY (SQLite), waits to be noticed."""
@@ -697,7 +697,7 @@ async def run_worker(
     if mail:
         helpers.append(asyncio.create_task(_mail_loop(services, stop)))
     if settle:
-        from kuitti.cards.matching import run_settler
+        from kuitti.cards.settler import run_settler
 
         helpers.append(asyncio.create_task(run_settler(services, stop)))
     try:

@@ -15,10 +15,10 @@ from standardwebhooks import Webhook
 
 from kuitti.clock import FrozenClock
 from kuitti.delivery.service import deliver_to_user
-from kuitti.deps import Services
 from kuitti.models import PartnerRole, Receipt, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
 from kuitti.webhooks.events import NotificationType, enqueue
 from tests.factories import auth, make_partner, make_user, receipt_doc
 from tests.webhooks.receivers import Behaviour, Received, Receiver

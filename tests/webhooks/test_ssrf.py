@@ -7,8 +7,8 @@ import ipaddress
 
 import pytest
 
-from kuitti.deps import Services
 from kuitti.models.outbox import DeliveryStatus
+from kuitti.services import Services
 from kuitti.webhooks.ssrf import Target, TargetGuard, TargetRefused, refusal_reason
 from tests.webhooks.receivers import Receiver
 from tests.webhooks.support import deliver, delivery, queue, webhook_partner, with_settings
