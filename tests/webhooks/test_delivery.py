@@ -3,7 +3,10 @@ the ``standardwebhooks`` reference library."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 
 import httpx
@@ -19,6 +22,7 @@ from kuitti.models import PartnerRole, Receipt, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
 from kuitti.partners.service import NewPartner
 from kuitti.services import Services
+from kuitti.webhooks import worker as webhook_worker
 from kuitti.webhooks.events import NotificationType, enqueue
 from tests.factories import auth, make_partner, make_user, receipt_doc
 from tests.webhooks.receivers import Behaviour, Received, Receiver
@@ -350,16 +354,36 @@ class TestFaults:
         assert attempt.error.startswith("could not connect: ")
 
 
+@contextlib.contextmanager
+def info_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[structlog.testing.LogCapture]:
+    """Capture the worker's log lines at info level (the tests' own level may be higher)."""
+    saved = structlog.get_config()
+    capture = structlog.testing.LogCapture()
+    structlog.configure(
+        processors=[capture],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        cache_logger_on_first_use=False,
+    )
+    # The module's logger may have cached the earlier configuration: give it a fresh one.
+    monkeypatch.setattr(webhook_worker, "log", structlog.get_logger("kuitti"))
+    try:
+        yield capture
+    finally:
+        structlog.configure(**saved)
+
+
 class TestAttemptLog:
-    def test_one_info_line_per_attempt(self, services: Services, clock: FrozenClock) -> None:
+    def test_one_info_line_per_attempt(
+        self, services: Services, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         with Receiver(Behaviour(status=503)) as endpoint:
             partner = webhook_partner(services, endpoint.url)
             delivery_id = queue(services, partner, kind=NotificationType.OAUTH_REVOKE)
-            with structlog.testing.capture_logs() as logs:
+            with info_logs(monkeypatch) as capture:
                 deliver(services)
                 clock.set(delivery(services, delivery_id).next_attempt_at)
                 deliver(services)
-        lines = [line for line in logs if line["event"] == "webhook attempt"]
+        lines = [line for line in capture.entries if line["event"] == "webhook attempt"]
         assert [line.pop("latency_ms") >= 0 for line in lines] == [True, True]
         assert lines == [
             {
