@@ -17,6 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kuitti.config import Settings
+from kuitti.delivery.attachments import attachments_for
 from kuitti.logs import log
 from kuitti.metrics import MAIL_MESSAGES
 from kuitti.models import MailMessage
@@ -135,8 +136,6 @@ def send_due_mail(services: Services) -> int:
 
 
 def _send_one(services: Services, message_id: uuid.UUID, attempts: int) -> int:
-    from kuitti.delivery.attachments import attachments_for
-
     settings = services.settings
     error: str | None = None
     with services.db.session(write=False) as session:

@@ -14,7 +14,7 @@ One delivery goes through three steps, each usable on its own (tests call them d
    jitter), or ``failed`` after the last. A row is moved only while the lease token is still the
    one this worker set (a worker that overran its lease cannot undo another's result).
 
-``run_worker`` runs these as a pipeline: up to ``MAX_IN_FLIGHT`` calls at once, at most
+``run_webhooks`` runs these as a pipeline: up to ``MAX_IN_FLIGHT`` calls at once, at most
 ``MAX_IN_FLIGHT_PER_PARTNER`` to one partner (a slow partner cannot hold up the others), outcomes
 written in batches. It waits for work on an in-process wake-up (a commit that queued a webhook),
 PostgreSQL ``LISTEN``, or a short poll (retries falling due, other processes on SQLite).
@@ -38,7 +38,6 @@ from functools import lru_cache
 import aiohttp
 import certifi
 from sqlalchemy import and_, bindparam, func, insert, or_, select, update
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -49,7 +48,6 @@ from kuitti.models import Partner, WebhookAttempt, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
 from kuitti.security import SecretBox
 from kuitti.services import Services
-from kuitti.webhooks.events import WAKE_CHANNEL, subscribe_wakeups
 from kuitti.webhooks.signing import InvalidWebhookKey, webhook_headers
 from kuitti.webhooks.ssrf import TargetGuard, TargetRefused
 
@@ -60,7 +58,6 @@ MAX_IN_FLIGHT_PER_PARTNER = 8
 CLAIM_BATCH = MAX_IN_FLIGHT
 LEASE_MARGIN_SECONDS = 30.0
 POLL_SECONDS = 0.25
-MAIL_POLL_SECONDS = 1.0
 DB_RETRY_MAX_SECONDS = 5.0
 JITTER_FRACTION = 0.10
 RESPONSE_BODY_LIMIT_BYTES = 64 * 1024
@@ -603,13 +600,17 @@ async def _wait_any(events: Iterable[asyncio.Event], timeout_seconds: float) -> 
             waiter.cancel()
 
 
-async def _webhook_loop(
+async def run_webhooks(
     services: Services,
     stop: asyncio.Event,
     wake: asyncio.Event,
-    wall_time: WallTime,
-    poll_seconds: float,
+    *,
+    wall_time: WallTime = time.time,
+    poll_seconds: float = POLL_SECONDS,
 ) -> None:
+    """Send webhooks until ``stop`` is set: look for due rows when ``wake`` is set (a commit
+    that queued one), when a call finishes, or every ``poll_seconds`` (retries falling due,
+    events queued by another process without PostgreSQL's NOTIFY)."""
     backoff = 0.0
     async with make_client(services.settings) as client:
         pipeline = Pipeline(services, client, wall_time=wall_time)
@@ -637,73 +638,3 @@ async def _webhook_loop(
                 await _wait_any([stop, wake, pipeline.progress], poll_seconds)
         finally:
             await pipeline.drain(services.settings.webhook_timeout_seconds)
-
-
-async def _mail_loop(services: Services, stop: asyncio.Event) -> None:
-    from kuitti.delivery.mail import send_due_mail
-
-    while not stop.is_set():
-        try:
-            await asyncio.to_thread(send_due_mail, services)
-        except Exception as exc:  # SMTP or database trouble: the next round retries
-            log.warning("mail worker round failed", error=f"{type(exc).__name__}: {exc}"[:300])
-        await _wait_any([stop], MAIL_POLL_SECONDS)
-
-
-async def _listen_postgres(services: Services, wake: asyncio.Event) -> None:
-    """Wake on ``NOTIFY kuitti_webhooks`` from any process; reconnect when the database
-    returns. Polling still covers the gaps."""
-    import psycopg
-
-    url = make_url(services.db.url).set(drivername="postgresql")
-    dsn = url.render_as_string(hide_password=False)
-    while True:
-        try:
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-                await conn.execute(f"LISTEN {WAKE_CHANNEL}")
-                wake.set()  # catch up with anything queued while we were not listening
-                async for _ in conn.notifies():
-                    wake.set()
-        except (psycopg.Error, OSError) as exc:
-            log.info("webhook LISTEN connection lost", error=str(exc)[:200])
-            await asyncio.sleep(1.0)
-
-
-async def run_worker(
-    services: Services,
-    stop: asyncio.Event,
-    *,
-    mail: bool = True,
-    settle: bool = True,
-    wall_time: WallTime = time.time,
-    poll_seconds: float = POLL_SECONDS,
-) -> None:
-    """Run until ``stop`` is set: webhooks, e-mail (``send_due_mail`` in a thread) and the
-    card-linking re-check (``kuitti.cards.settler.run_settler``) side by side.
-
-    ``poll_seconds`` bounds how long a retry that fell due, or an event queued by another
-    process without PostgreSQL's NOTIFY (SQLite), waits to be noticed."""
-    loop = asyncio.get_running_loop()
-    wake = asyncio.Event()
-
-    def wake_from_any_thread() -> None:
-        with contextlib.suppress(RuntimeError):  # the loop has closed
-            loop.call_soon_threadsafe(wake.set)
-
-    unsubscribe = subscribe_wakeups(wake_from_any_thread)
-    helpers: list[asyncio.Task[None]] = []
-    if services.db.dialect == "postgresql":
-        helpers.append(asyncio.create_task(_listen_postgres(services, wake)))
-    if mail:
-        helpers.append(asyncio.create_task(_mail_loop(services, stop)))
-    if settle:
-        from kuitti.cards.settler import run_settler
-
-        helpers.append(asyncio.create_task(run_settler(services, stop)))
-    try:
-        await _webhook_loop(services, stop, wake, wall_time, poll_seconds)
-    finally:
-        unsubscribe()
-        for task in helpers:
-            task.cancel()
-        await asyncio.gather(*helpers, return_exceptions=True)

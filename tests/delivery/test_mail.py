@@ -23,7 +23,7 @@ from kuitti.delivery.mail import send_due_mail
 from kuitti.models import User
 from kuitti.partners.service import NewPartner
 from kuitti.services import Services
-from kuitti.webhooks.worker import run_worker
+from kuitti.worker import run_worker
 from tests.conftest import free_port
 from tests.delivery.support import mail_rows, post_receipt
 from tests.factories import product_row, receipt_doc, token_body
