@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import secrets
 import ssl
 import time
 import uuid
@@ -37,15 +36,16 @@ from functools import lru_cache
 
 import aiohttp
 import certifi
-from sqlalchemy import and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from kuitti import metrics
+from kuitti import metrics, outbox
 from kuitti.config import Settings
 from kuitti.logs import log
 from kuitti.models import Partner, WebhookAttempt, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
+from kuitti.outbox import Lease
 from kuitti.security import SecretBox
 from kuitti.services import Services
 from kuitti.webhooks.signing import InvalidWebhookKey, webhook_headers
@@ -59,7 +59,6 @@ CLAIM_BATCH = MAX_IN_FLIGHT
 LEASE_MARGIN_SECONDS = 30.0
 POLL_SECONDS = 0.25
 DB_RETRY_MAX_SECONDS = 5.0
-JITTER_FRACTION = 0.10
 RESPONSE_BODY_LIMIT_BYTES = 64 * 1024
 ERROR_MAX_CHARS = 1000
 
@@ -107,23 +106,9 @@ def lease_seconds(settings: Settings) -> float:
     return settings.webhook_timeout_seconds + LEASE_MARGIN_SECONDS
 
 
-def retry_delay_seconds(settings: Settings, attempts_made: int, rng: random.Random) -> float:
-    """The wait after the ``attempts_made``-th failed attempt: the schedule's delay ±10 %."""
-    base = settings.webhook_retry_schedule[attempts_made - 1]
-    return base * (1 + rng.uniform(-JITTER_FRACTION, JITTER_FRACTION))
-
-
 @lru_cache(maxsize=4096)
 def _open_key(server_secret: str, sealed: str) -> str:
     return SecretBox(server_secret).open(sealed)
-
-
-def _due(now: datetime) -> ColumnElement[bool]:
-    return and_(
-        WebhookDelivery.status == DeliveryStatus.PENDING.value,
-        WebhookDelivery.next_attempt_at <= now,
-        or_(WebhookDelivery.lease_expires_at.is_(None), WebhookDelivery.lease_expires_at <= now),
-    )
 
 
 def _room_used(
@@ -185,7 +170,7 @@ def claim_due(
         return []
     busy = busy or {}
     now = services.clock.now()
-    due = _due(now)
+    due = outbox.due(WebhookDelivery, now)
     # A cheap read first: an idle poll never takes the (SQLite: database-wide) write lock.
     with services.db.session(write=False) as session:
         window = max(limit * 8, 256)
@@ -212,8 +197,7 @@ def claim_due(
             picked.append(delivery_id)
     if not picked:
         return []
-    token = secrets.token_hex(16)
-    lease_until = now + timedelta(seconds=lease_seconds(services.settings))
+    lease = Lease.new(now, lease_seconds(services.settings))
     query = (
         select(
             WebhookDelivery.id,
@@ -231,17 +215,12 @@ def claim_due(
         .where(WebhookDelivery.id.in_(picked), due)
         .order_by(WebhookDelivery.next_attempt_at)
     )
-    if services.db.dialect == "postgresql":
-        query = query.with_for_update(skip_locked=True, of=WebhookDelivery)
+    query = outbox.skip_locked(query, services.db.dialect, WebhookDelivery)
     with services.db.session() as session:
         leased = session.execute(query).all()
         if not leased:
             return []
-        session.execute(
-            update(WebhookDelivery)
-            .where(WebhookDelivery.id.in_([row.id for row in leased]))
-            .values(lease_expires_at=lease_until, lease_token=token)
-        )
+        outbox.take(session, WebhookDelivery, [row.id for row in leased], lease)
     secret = services.settings.resolved_secret_key
     claims: list[Claim] = []
     for row in leased:
@@ -260,7 +239,7 @@ def claim_due(
                 body=row.payload.encode(),
                 attempt_count=row.attempt_count,
                 created_at=row.created_at,
-                lease_token=token,
+                lease_token=lease.token,
             )
         )
     return claims
@@ -407,17 +386,13 @@ async def _drain(response: aiohttp.ClientResponse) -> None:
 
 _UPDATE_DELIVERY = (
     update(WebhookDelivery)
-    .where(
-        WebhookDelivery.id == bindparam("b_id"),
-        WebhookDelivery.lease_token == bindparam("b_token"),
-    )
+    .where(outbox.held_by(WebhookDelivery, bindparam("b_id"), bindparam("b_token")))
     .values(
         status=bindparam("b_status"),
         attempt_count=bindparam("b_attempts"),
         next_attempt_at=bindparam("b_next"),
         delivered_at=bindparam("b_delivered"),
-        lease_expires_at=None,
-        lease_token=None,
+        **outbox.RELEASED,
     )
 )
 
@@ -430,7 +405,6 @@ def record_outcomes(
         return
     settings = services.settings
     rng = rng or random.Random()  # jitter, not a secret
-    schedule_length = len(settings.webhook_retry_schedule)
     updates: list[dict[str, object]] = []
     attempts: list[dict[str, object]] = []
     tally: list[tuple[str, Outcome]] = []
@@ -439,10 +413,10 @@ def record_outcomes(
         made = claim.attempt_count + 1
         if outcome.ok:
             status, next_at, delivered = DeliveryStatus.DELIVERED, outcome.finished_at, outcome.at
-        elif made > schedule_length:
+        elif outbox.gives_up(settings, made):
             status, next_at, delivered = DeliveryStatus.FAILED, outcome.finished_at, None
         else:
-            delay = retry_delay_seconds(settings, made, rng)
+            delay = outbox.retry_delay_seconds(settings, made, rng)
             status = DeliveryStatus.PENDING
             next_at, delivered = outcome.finished_at + timedelta(seconds=delay), None
         updates.append(

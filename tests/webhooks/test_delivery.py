@@ -433,7 +433,7 @@ class TestRetrySchedule:
     def test_jitter_is_spread_within_ten_percent(self, services: Services) -> None:
         import random
 
-        from kuitti.webhooks.worker import retry_delay_seconds
+        from kuitti.outbox import retry_delay_seconds
 
         rng = random.Random(7)
         delays = [retry_delay_seconds(services.settings, 3, rng) for _ in range(2000)]
