@@ -34,7 +34,7 @@ from kuitti.receipts.schema import Receipt, TokenReceiptRequest
 from kuitti.responses import ORJSONResponse
 from kuitti.services import Services
 from kuitti.users.routes import router as users_router
-from kuitti.webhooks.worker import run_worker
+from kuitti.worker import run_worker
 
 ROUTERS = (receipts_router, delivery_router, oauth_router, users_router, cards_router)
 

@@ -111,7 +111,7 @@ def serve(
 @app.command()
 def worker() -> None:
     """Run the delivery worker alone (webhooks and e-mail)."""
-    from kuitti.webhooks.worker import run_worker
+    from kuitti.worker import run_worker
 
     async def main(services: Services) -> None:
         stop = asyncio.Event()
