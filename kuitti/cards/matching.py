@@ -1,26 +1,21 @@
 """Card-linking: matching a receipt's CARD payments to enrolled cards' purchases, in the
 database (the fit rules themselves are in ``kuitti.cards.rules``).
 
-Precision first. Every decision is made from the payment's side by ``_evaluate``, whichever
-arrival triggered it (a receipt, a transaction, the settle sweep), so the outcome does not depend
-on the order of arrival:
+Precision first. Every decision is made from the payment's side by ``Matcher._decide``,
+whichever arrival triggered it (a receipt, a transaction, the settle sweep), so the outcome does
+not depend on the order of arrival:
 
 * a *candidate* is an enrolled, non-deleted card; a card's auth and its clearing are one
   purchase, and a purchase that already served a payment is no candidate any more;
-* a payment *fits* a purchase when one of its transactions has the payment's merchant id and
-  currency, an equal amount (an auth: or the ``preAuthorizedAmount``), a time in the window
-  (auth: ±15 min; clearing: from 15 min before to 7 days after; bounds inclusive), a masked PAN
-  that agrees with the card's, and authorization codes / reference numbers that are equal where
-  both the payment and the purchase have one;
-* exactly one fitting card: delivered at once when the fit includes an equal authorization code
-  or reference number (a *strong* fit); a fit on the other keys alone (*weak*) only once the auth
-  window has closed, it is still the only card, and no more waiting payments claim that card's
-  fitting purchases than there are purchases;
-* zero or several cards: the payment waits with its reason; any later transaction, match or
-  sweep re-evaluates it;
-* pilot cards (enrolled by the operator; pilot banks report no transactions) are also candidates
-  on their masked PAN alone, when the receipt shows the first six and last four digits; such a fit
-  is weak.
+* a payment *fits* a purchase by ``rules.fit`` (auth: ±15 min of the payment; clearing: from
+  15 min before to 7 days after it);
+* exactly one fitting card with an equal authorization code or reference number (a *strong*
+  fit): delivered at once; a pilot card that is the only enrolled card agreeing with the
+  receipt's masked PAN: delivered at once;
+* fits on keys alone (*weak*), on one card or several, once the auth window has closed: decided
+  by ``rules.contest`` among every waiting payment that claims the same purchases — delivered
+  when every way of giving each its own purchase gives this one the same card; else it waits
+  (``contested`` or ``tied``); any later transaction, match or sweep re-evaluates it.
 
 Serialisation: every evaluation runs under ``locks.acquire(session, "match", <merchant id>)``
 (a PostgreSQL advisory lock held to commit; SQLite serialises writers anyway). A fit needs equal
