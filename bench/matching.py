@@ -70,7 +70,6 @@ from kuitti.clock import FrozenClock  # noqa: E402
 from kuitti.config import Settings  # noqa: E402
 from kuitti.db import Database  # noqa: E402
 from kuitti.dbmigrate import upgrade  # noqa: E402
-from kuitti.deps import Services  # noqa: E402
 from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHING_SECONDS  # noqa: E402
 from kuitti.models import Card, PartnerRole  # noqa: E402
 from kuitti.models.cards import (  # noqa: E402
@@ -81,6 +80,7 @@ from kuitti.models.cards import (  # noqa: E402
 )
 from kuitti.partners.service import create_partner  # noqa: E402
 from kuitti.security import SecretBox  # noqa: E402
+from kuitti.services import Services  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get(
     "KUITTI_TEST_POSTGRES_URL", "postgresql://kuitti:kuitti@127.0.0.1:5432/postgres"

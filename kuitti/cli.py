@@ -22,10 +22,10 @@ from kuitti.clock import SystemClock
 from kuitti.config import Settings, load_settings
 from kuitti.db import Database
 from kuitti.dbmigrate import schema_is_current, upgrade
-from kuitti.deps import Services
 from kuitti.models import PartnerRole
 from kuitti.partners import service as partners
 from kuitti.security import SecretBox
+from kuitti.services import Services
 
 app = typer.Typer(
     help="kuitti, an open digital receipt service.",

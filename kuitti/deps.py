@@ -1,30 +1,19 @@
-"""FastAPI dependencies shared by every domain: the running services, sessions and the clock."""
+"""FastAPI dependencies shared by every domain: the running services, sessions and the clock.
+
+``Services`` itself lives in ``kuitti/services.py``; domain code imports it from there.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
-from kuitti.clock import Clock
-from kuitti.config import Settings
-from kuitti.db import Database
 from kuitti.errors import PayloadTooLarge
-from kuitti.partners.cache import PartnerCache
-
-
-@dataclass(frozen=True)
-class Services:
-    """What a request handler may use; built once in ``create_app``."""
-
-    settings: Settings
-    db: Database
-    clock: Clock
-    partner_cache: PartnerCache = field(default_factory=PartnerCache, compare=False)
+from kuitti.services import Services
 
 
 async def _services(request: Request) -> Services:

@@ -11,10 +11,10 @@ from sqlalchemy import select
 
 from kuitti import locks
 from kuitti.cards.matching import SETTLE_BATCH, Matcher, expire_unmatched
-from kuitti.deps import Services
 from kuitti.logs import log
 from kuitti.metrics import CARD_MATCHING_SECONDS
 from kuitti.models.cards import CardPaymentRecord
+from kuitti.services import Services
 
 SETTLE_INTERVAL_SECONDS = 30.0
 

@@ -17,10 +17,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kuitti.config import Settings
-from kuitti.deps import Services
 from kuitti.logs import log
 from kuitti.metrics import MAIL_MESSAGES
 from kuitti.models import MailMessage
+from kuitti.services import Services
 
 MAIL_BATCH = 20
 MAIL_LEASE_SECONDS = 120

@@ -18,7 +18,6 @@ from starlette.responses import Response
 
 from kuitti.delivery import links, qr
 from kuitti.delivery.linkpage import LinkPage, language_links, page_context, page_language
-from kuitti.delivery.ratelimit import RateLimiter
 from kuitti.delivery.service import deliver_to_user
 from kuitti.delivery.texts import page_text
 from kuitti.deps import Now, ServicesDep, get_services
@@ -65,12 +64,8 @@ def create_qr_code(connection: AppConnection, services: ServicesDep, now: Now) -
 def _limited(request: Request) -> Response | None:
     """The 429 page when this client is over the link-page limit."""
     services = get_services(request)
-    limiter: RateLimiter | None = getattr(request.app.state, "link_rate_limiter", None)
-    if limiter is None:
-        limiter = RateLimiter(services.settings.link_rate_limit_per_minute)
-        request.app.state.link_rate_limiter = limiter
     client = request.client.host if request.client else "unknown"
-    retry_after = limiter.hit(client, services.clock.now().timestamp())
+    retry_after = services.link_rate_limiter.hit(client, services.clock.now().timestamp())
     if retry_after is None:
         return None
     LINK_RATE_LIMITED.inc()

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from kuitti.clock import SystemClock
 from kuitti.config import Settings
-from kuitti.deps import Services, ServicesDep
+from kuitti.deps import ServicesDep
 from kuitti.errors import InsufficientScope, Unauthorized
 from kuitti.models import Connection, Partner
 from kuitti.oauth import tokens
@@ -25,6 +25,7 @@ from kuitti.oauth.scopes import Scope
 from kuitti.oauth.tokens import InvalidToken
 from kuitti.partners.service import partner_by_api_key
 from kuitti.receipts.service import Reader
+from kuitti.services import Services
 
 __all__ = [
     "AppConnection",

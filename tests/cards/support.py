@@ -16,7 +16,6 @@ from kuitti.cards.explain import explain_receipt
 from kuitti.cards.service import check_card_request, enroll_card
 from kuitti.cards.settler import settle_due_matches
 from kuitti.clock import FrozenClock
-from kuitti.deps import Services
 from kuitti.models import (
     Connection,
     PartnerRole,
@@ -27,6 +26,7 @@ from kuitti.models import (
 )
 from kuitti.models.cards import CardMatch
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
 from tests.factories import (
     add_connection,
     auth,

@@ -20,9 +20,9 @@ from pypdf import PdfReader
 
 from kuitti.clock import FrozenClock
 from kuitti.delivery.mail import send_due_mail
-from kuitti.deps import Services
 from kuitti.models import User
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
 from kuitti.webhooks.worker import run_worker
 from tests.conftest import free_port
 from tests.delivery.support import mail_rows, post_receipt

@@ -9,7 +9,6 @@ import httpx
 import pytest
 
 from kuitti.clock import FrozenClock
-from kuitti.deps import Services
 from kuitti.errors import InsufficientScope, Unauthorized
 from kuitti.models import Connection
 from kuitti.oauth.bearer import (
@@ -18,6 +17,7 @@ from kuitti.oauth.bearer import (
     optional_connection,
     verify_access_token,
 )
+from kuitti.services import Services
 from tests.factories import make_user
 from tests.oauth.flow import connect, make_app
 

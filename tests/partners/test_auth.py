@@ -8,10 +8,10 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import event
 
-from kuitti.deps import Services
 from kuitti.errors import Unauthorized
 from kuitti.partners.auth import api_key_from_header, authenticate_partner
 from kuitti.partners.cache import PartnerCache
+from kuitti.services import Services
 from tests.factories import make_partner
 
 
