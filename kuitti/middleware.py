@@ -1,4 +1,11 @@
-"""Pure ASGI middleware: request id, access log and metrics; early refusal of large bodies."""
+"""Pure ASGI middleware: request id, access log and metrics; the checks every request passes at
+the edge, before any route sees it.
+
+The edge checks (see docs/security.md):
+
+- the body, JSON or form, chunked or not, is read here up to ``KUITTI_MAX_BODY_BYTES`` and refused
+  with 413 the moment it grows past it, so no route ever holds more than the limit in memory.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +25,7 @@ _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 class RequestContextMiddleware:
     """Binds a request id (the caller's ``X-Request-ID`` if sane, else a new one), logs one line
-    per request, counts it, and refuses a body whose declared length is over the limit."""
+    per request, counts it, and applies the edge checks."""
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
         self.app = app
@@ -47,11 +54,7 @@ class RequestContextMiddleware:
             await send(message)
 
         try:
-            declared = headers.get(b"content-length")
-            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-                await _too_large(send_with_id, self.max_body_bytes)
-            else:
-                await self.app(scope, receive, send_with_id)
+            await self._checked(scope, receive, send_with_id, headers)
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("route")
@@ -66,18 +69,57 @@ class RequestContextMiddleware:
                 duration_ms=round(elapsed * 1000, 2),
             )
 
+    async def _checked(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]
+    ) -> None:
+        limit = self.max_body_bytes
+        too_large = f"The body is larger than the limit of {limit} bytes."
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await refuse(send, 413, "payload_too_large", too_large)
+            return
+        body = await _read_body(receive, limit)
+        if body is None:
+            await refuse(send, 413, "payload_too_large", too_large)
+            return
+        await self.app(scope, _replay(body, receive), send)
 
-async def _too_large(send: Send, limit: int) -> None:
-    body = orjson.dumps(
-        {
-            "error": "payload_too_large",
-            "decription": f"The body is larger than the limit of {limit} bytes.",
-        }
-    )
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole body, or None as soon as it passes ``limit`` (the rest is never read)."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return bytes(body)  # the client left; the route will see the disconnect
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return None
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+async def refuse(send: Send, status: int, code: str, description: str) -> None:
+    """Answer with the interface's error shape without calling the app; closes the connection,
+    since an unread body may follow."""
+    body = orjson.dumps({"error": code, "decription": description})
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
