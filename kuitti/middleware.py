@@ -4,7 +4,9 @@ the edge, before any route sees it.
 The edge checks (see docs/security.md):
 
 - the body, JSON or form, chunked or not, is read here up to ``KUITTI_MAX_BODY_BYTES`` and refused
-  with 413 the moment it grows past it, so no route ever holds more than the limit in memory.
+  with 413 the moment it grows past it, so no route ever holds more than the limit in memory;
+- a path with a NUL character (U+0000) is 404, a query or form value with one is 400: no database
+  stores NUL in text, and PostgreSQL fails on it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from kuitti.logs import log
 from kuitti.metrics import HTTP_LATENCY, HTTP_REQUESTS
 
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+_URLENCODED_NUL = re.compile(rb"%00|\x00")
 
 
 class RequestContextMiddleware:
@@ -78,9 +81,18 @@ class RequestContextMiddleware:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await refuse(send, 413, "payload_too_large", too_large)
             return
+        if "\x00" in scope["path"]:
+            await refuse(send, 404, "not_found", "No such resource, or you may not see it.")
+            return
+        if b"\x00" in scope["query_string"] or b"%00" in scope["query_string"]:
+            await refuse(send, 400, "invalid_value", "query: text may not contain U+0000.")
+            return
         body = await _read_body(receive, limit)
         if body is None:
             await refuse(send, 413, "payload_too_large", too_large)
+            return
+        if _form_has_nul(headers.get(b"content-type", b""), body):
+            await refuse(send, 400, "invalid_value", "form: text may not contain U+0000.")
             return
         await self.app(scope, _replay(body, receive), send)
 
@@ -110,6 +122,15 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return {"type": "http.request", "body": body, "more_body": False}
 
     return replay
+
+
+def _form_has_nul(content_type: bytes, body: bytes) -> bool:
+    media = content_type.split(b";")[0].strip().lower()
+    if media == b"application/x-www-form-urlencoded":
+        return _URLENCODED_NUL.search(body) is not None
+    if media == b"multipart/form-data":
+        return b"\x00" in body
+    return False
 
 
 async def refuse(send: Send, status: int, code: str, description: str) -> None:
