@@ -19,7 +19,7 @@ import orjson
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kuitti.logs import log
+from kuitti.logs import log, redact_path
 from kuitti.metrics import HTTP_LATENCY, HTTP_REQUESTS
 
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -28,7 +28,8 @@ _URLENCODED_NUL = re.compile(rb"%00|\x00")
 
 class RequestContextMiddleware:
     """Binds a request id (the caller's ``X-Request-ID`` if sane, else a new one), logs one line
-    per request, counts it, and applies the edge checks."""
+    per request, counts it, applies the edge checks, and turns an unhandled error into one log
+    line and a 500 in the interface's error shape."""
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
         self.app = app
@@ -45,11 +46,13 @@ class RequestContextMiddleware:
         structlog.contextvars.bind_contextvars(request_id=request_id)
         started = time.perf_counter()
         status = 500
+        started_response = False
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started_response
             if message["type"] == "http.response.start":
                 status = message["status"]
+                started_response = True
                 message["headers"] = [
                     *message.get("headers", []),
                     (b"x-request-id", request_id.encode()),
@@ -58,6 +61,17 @@ class RequestContextMiddleware:
 
         try:
             await self._checked(scope, receive, send_with_id, headers)
+        except Exception as exc:
+            # Logged here, once, as JSON; not re-raised, or the server would log it again as
+            # plain text ("Exception in ASGI application").
+            log.exception("unhandled error", error=type(exc).__name__)
+            if not started_response:
+                await refuse(
+                    send_with_id,
+                    500,
+                    "internal_error",
+                    "Something went wrong on our side; nothing was saved.",
+                )
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("route")
@@ -67,7 +81,7 @@ class RequestContextMiddleware:
             log.info(
                 "request",
                 method=scope["method"],
-                path=scope["path"],
+                path=redact_path(scope["path"]),
                 status=status,
                 duration_ms=round(elapsed * 1000, 2),
             )
