@@ -20,15 +20,13 @@ PACKAGE_DIR = Path(kuitti.__file__).resolve().parent
 KNOWN_CYCLES: set[frozenset[str]] = {
     frozenset({"kuitti.cli", "kuitti.cards.cli", "kuitti.oauth.cli", "kuitti.webhooks.cli"}),
 }
-# Modules that still import inside functions, for the same reasons (the command line and the
-# worker loops); the set only shrinks.
+# Modules that still import inside functions, for the same reason (the command line); the set
+# only shrinks.
 KNOWN_LOCAL_IMPORTERS = {
     "kuitti.cli",
     "kuitti.cards.cli",
     "kuitti.oauth.cli",
     "kuitti.webhooks.cli",
-    "kuitti.webhooks.worker",
-    "kuitti.delivery.mail",
 }
 
 

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Header
 from kuitti.cards import service
 from kuitti.deps import Now, RawBody, ReadSession, ServicesDep, WriteSession
 from kuitti.errors import ErrorDetail, InvalidRequest
+from kuitti.inputs import parse_json
 from kuitti.models import Partner, PartnerRole
 from kuitti.oauth.bearer import bearer_token, optional_connection
 from kuitti.partners.auth import (
@@ -23,7 +24,6 @@ from kuitti.partners.auth import (
     require_json,
     require_role,
 )
-from kuitti.receipts.validation import parse_json
 
 router = APIRouter(prefix="/api/v1", tags=["cards"])
 

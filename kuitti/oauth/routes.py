@@ -7,14 +7,14 @@ import uuid
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
-import orjson
 from fastapi import APIRouter, Depends, Header, Request
 from sqlalchemy.orm import Session
 from starlette.datastructures import FormData
 from starlette.responses import Response
 
 from kuitti.deps import RawBody, ReadSession, ServicesDep, WriteSession
-from kuitti.errors import NotFound, Unauthorized
+from kuitti.errors import InvalidRequest, NotFound, Unauthorized
+from kuitti.inputs import parse_json
 from kuitti.metrics import OAUTH_DECISIONS, OAUTH_TOKEN_REQUESTS
 from kuitti.models import Connection, Partner, User
 from kuitti.oauth import keys
@@ -156,9 +156,9 @@ def _token_fields(content_type: str, body: bytes) -> dict[str, str]:
     media = content_type.split(";")[0].strip().lower()
     if media == "application/json":
         try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise oauth.InvalidRequestError("The body is not valid JSON.") from None
+            data = parse_json(body)
+        except InvalidRequest as exc:
+            raise oauth.InvalidRequestError(f"The body is not valid JSON: {exc}") from None
         if not isinstance(data, dict) or not all(
             isinstance(v, str) for v in data.values() if v is not None
         ):

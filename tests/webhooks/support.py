@@ -17,7 +17,8 @@ from kuitti.models import Connection, PartnerRole, WebhookDelivery
 from kuitti.partners.service import NewPartner
 from kuitti.services import Services
 from kuitti.webhooks.events import NotificationType, enqueue
-from kuitti.webhooks.worker import deliver_due, make_client, run_worker
+from kuitti.webhooks.worker import deliver_due, make_client
+from kuitti.worker import run_worker
 from tests import factories
 from tests.factories import make_partner
 
