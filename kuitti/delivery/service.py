@@ -14,7 +14,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kuitti.models import Connection, Receipt, ReceiptDelivery, ReceiptGrant
-from kuitti.webhooks.events import NotificationType, notify_connection
+from kuitti.webhooks.events import notify_connection
+from kuitti.webhooks.payloads import ReceiptNotification
 
 READ_SCOPE = "receipt:read"
 
@@ -57,8 +58,7 @@ def deliver_to_user(
         notify_connection(
             session,
             connection,
-            NotificationType.RECEIPT,
-            receipt_id=str(receipt.id),
+            ReceiptNotification.about(connection, receipt_id=receipt.id),
             now=now,
         )
     return True
