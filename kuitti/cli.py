@@ -93,6 +93,7 @@ def serve(
     import uvicorn
 
     from kuitti.asgi import RUN_WORKER_ENV
+    from kuitti.logs import UVICORN_LOG_CONFIG
 
     open_services()  # validates settings and migrates an embedded database before forking
     os.environ[RUN_WORKER_ENV] = "0" if no_worker else "1"
@@ -103,6 +104,8 @@ def serve(
         port=port,
         workers=workers,
         log_level="warning",
+        log_config=UVICORN_LOG_CONFIG,
+        access_log=False,
         proxy_headers=True,
         server_header=False,
     )

@@ -1,26 +1,21 @@
 """Card-linking: matching a receipt's CARD payments to enrolled cards' purchases, in the
 database (the fit rules themselves are in ``kuitti.cards.rules``).
 
-Precision first. Every decision is made from the payment's side by ``_evaluate``, whichever
-arrival triggered it (a receipt, a transaction, the settle sweep), so the outcome does not depend
-on the order of arrival:
+Precision first. Every decision is made from the payment's side by ``Matcher._decide``,
+whichever arrival triggered it (a receipt, a transaction, the settle sweep), so the outcome does
+not depend on the order of arrival:
 
 * a *candidate* is an enrolled, non-deleted card; a card's auth and its clearing are one
   purchase, and a purchase that already served a payment is no candidate any more;
-* a payment *fits* a purchase when one of its transactions has the payment's merchant id and
-  currency, an equal amount (an auth: or the ``preAuthorizedAmount``), a time in the window
-  (auth: ±15 min; clearing: from 15 min before to 7 days after; bounds inclusive), a masked PAN
-  that agrees with the card's, and authorization codes / reference numbers that are equal where
-  both the payment and the purchase have one;
-* exactly one fitting card: delivered at once when the fit includes an equal authorization code
-  or reference number (a *strong* fit); a fit on the other keys alone (*weak*) only once the auth
-  window has closed, it is still the only card, and no more waiting payments claim that card's
-  fitting purchases than there are purchases;
-* zero or several cards: the payment waits with its reason; any later transaction, match or
-  sweep re-evaluates it;
-* pilot cards (enrolled by the operator; pilot banks report no transactions) are also candidates
-  on their masked PAN alone, when the receipt shows the first six and last four digits; such a fit
-  is weak.
+* a payment *fits* a purchase by ``rules.fit`` (auth: ±15 min of the payment; clearing: from
+  15 min before to 7 days after it);
+* exactly one fitting card with an equal authorization code or reference number (a *strong*
+  fit): delivered at once; a pilot card that is the only enrolled card agreeing with the
+  receipt's masked PAN: delivered at once;
+* fits on keys alone (*weak*), on one card or several, once the auth window has closed: decided
+  by ``rules.contest`` among every waiting payment that claims the same purchases — delivered
+  when every way of giving each its own purchase gives this one the same card; else it waits
+  (``contested`` or ``tied``); any later transaction, match or sweep re-evaluates it.
 
 Serialisation: every evaluation runs under ``locks.acquire(session, "match", <merchant id>)``
 (a PostgreSQL advisory lock held to commit; SQLite serialises writers anyway). A fit needs equal
@@ -43,10 +38,14 @@ from kuitti import locks
 from kuitti.cards import pan
 from kuitti.cards.notifications import deliver_match
 from kuitti.cards.rules import (
+    AUTH_WINDOW,
     MATCHING_SET_LIFETIME,
     Fit,
+    Outcome,
     Verdict,
     best,
+    card_pan,
+    contest,
     fit,
     fit_json,
     iso,
@@ -73,6 +72,13 @@ from kuitti.receipts.schema import Receipt as ReceiptDocument
 from kuitti.receipts.validation import card_payments
 
 SETTLE_BATCH = 200
+CONTEST_LIMIT = 64
+"""A contest for one card's purchases with more waiting payments than this waits undecided."""
+AT_ONCE = "at once: the fit includes an equal authorization code or reference number"
+PILOT_AT_ONCE = (
+    "at once: a pilot card, the only enrolled card that agrees with the receipt's masked PAN"
+)
+AFTER_WINDOW = "after the auth window closed, as the only fitting card"
 
 
 # -- recording a receipt's payments ------------------------------------------------------------
@@ -310,23 +316,36 @@ class Matcher:
             expire(record, self.now)
             return
         fits = self.fits(record)
-        judgement = judge(fits, record.paid_at, self.now)
+        pilot = any(f.purchase is None for f in fits)
+        judgement = judge(
+            fits,
+            record.paid_at,
+            self.now,
+            cards_with_this_pan=self._cards_with_pan(record) if pilot else 0,
+        )
         card_fits = judgement.card_fits
         match judgement.verdict:
             case Verdict.NO_CANDIDATE:
                 self._wait(record, "no_candidate", "No enrolled card has a fitting purchase.", [])
                 return
             case Verdict.TIED:
-                cards = len({f.card.id for f in fits})
-                self._wait(
-                    record,
-                    "tied",
-                    f"{cards} cards fit; a receipt goes to a user only when exactly one does.",
-                    fits,
-                )
-                return
+                settle_at = record.paid_at + AUTH_WINDOW
+                weak = not any(f.strong or f.purchase is None for f in fits)
+                if not weak or self.now < settle_at:
+                    self._wait(
+                        record,
+                        "tied",
+                        f"{len({f.card.id for f in fits})} cards fit; a receipt goes to a user "
+                        "only when exactly one does.",
+                        fits,
+                        settle_at=settle_at if weak else None,
+                    )
+                    return
             case Verdict.AT_ONCE:
-                self._match(record, best(card_fits), fits, at_once=True)
+                self._match(record, best(card_fits), fits, delivered=AT_ONCE)
+                return
+            case Verdict.PILOT_AT_ONCE:
+                self._match(record, best(card_fits), fits, delivered=PILOT_AT_ONCE)
                 return
             case Verdict.AWAITING_WINDOW:
                 self._wait(
@@ -343,36 +362,73 @@ class Matcher:
                 pass
             case _:
                 assert_never(judgement.verdict)
-        purchases = {f.purchase.id: f.purchase for f in card_fits if f.purchase is not None}
-        if purchases:
-            rivals = self._claimants(record, card_fits)
-            if len(rivals) + 1 > len(purchases):
-                self._wait(
-                    record,
-                    "contested",
-                    f"{len(rivals) + 1} waiting payments fit this card's {len(purchases)} "
-                    "fitting purchase(s) on keys alone; a purchase serves at most one payment.",
-                    fits,
-                    rivals=[str(r.receipt_id) for r in rivals],
-                )
-                return
-        self._match(record, best(card_fits), fits, at_once=False)
+        if card_fits and all(f.purchase is None for f in card_fits):
+            self._match(record, best(card_fits), fits, delivered=AFTER_WINDOW)
+            return
+        self._contest(record, fits)
 
-    def _claimants(
-        self, record: CardPaymentRecord, card_fits: list[Fit]
-    ) -> list[CardPaymentRecord]:
-        """Other waiting payments that fit any of these purchases."""
-        rivals: dict[uuid.UUID, CardPaymentRecord] = {}
-        for item in card_fits:
-            if item.purchase is None:
+    def _contest(self, record: CardPaymentRecord, fits: list[Fit]) -> None:
+        """Decide a payment that fits on keys alone, once its auth window has closed, among
+        every waiting payment that claims the same purchases (``rules.contest``)."""
+        claims, claimants, card_of = self._claims(record, fits)
+        mine: uuid.UUID | None = None
+        outcome = Outcome.UNSERVED
+        if len(claims) <= CONTEST_LIMIT:
+            decided = contest(record.id, claims, card_of)
+            outcome, mine = decided
+        if mine is None:
+            purchases = {p for wanted in claims.values() for p in wanted}
+            rivals = [str(r.receipt_id) for r in claimants.values() if r.id != record.id]
+            detail = (
+                f"{len(claims)} waiting payments fit {len(purchases)} purchase(s) on keys alone; "
+                + (
+                    "they could be shared out in ways that give this one different cards."
+                    if outcome is Outcome.TIED
+                    else "no way gives each its own purchase (a purchase serves at most one "
+                    "payment)."
+                )
+            )
+            self._wait(record, outcome.value, detail, fits, rivals=rivals)
+            return
+        chosen = best([f for f in fits if f.purchase is not None and f.purchase.id == mine])
+        self._match(record, chosen, fits, delivered=AFTER_WINDOW)
+
+    def _claims(
+        self, record: CardPaymentRecord, fits: list[Fit]
+    ) -> tuple[
+        dict[uuid.UUID, list[uuid.UUID]],
+        dict[uuid.UUID, CardPaymentRecord],
+        dict[uuid.UUID, uuid.UUID],
+    ]:
+        """The contest around a payment: every waiting payment that fits one of its purchases,
+        each with the purchases it fits (nearest in time first), followed to closure (a rival's
+        other purchases, and their rivals); the payments by id; each purchase's card."""
+        fits_of: dict[uuid.UUID, list[Fit]] = {record.id: [f for f in fits if f.purchase]}
+        claimants: dict[uuid.UUID, CardPaymentRecord] = {record.id: record}
+        expanded: set[uuid.UUID] = set()
+        pending = list(fits_of[record.id])
+        while pending and len(fits_of) <= CONTEST_LIMIT:
+            item = pending.pop()
+            purchase = item.purchase
+            if purchase is None or purchase.id in expanded:
                 continue
-            for txn in self.purchase_transactions(item.purchase.id):
+            expanded.add(purchase.id)
+            for txn in self.purchase_transactions(purchase.id):
                 for other in self.waiting_for(txn):
-                    if other.id == record.id or other.id in rivals:
+                    if other.id in fits_of or fit(other, item.card, purchase, txn) is None:
                         continue
-                    if fit(other, item.card, item.purchase, txn) is not None:
-                        rivals[other.id] = other
-        return list(rivals.values())
+                    claimants[other.id] = other
+                    fits_of[other.id] = [f for f in self.fits(other) if f.purchase]
+                    pending.extend(fits_of[other.id])
+        claims: dict[uuid.UUID, list[uuid.UUID]] = {}
+        card_of: dict[uuid.UUID, uuid.UUID] = {}
+        for payment_id in sorted(fits_of, key=lambda i: claimants[i].paid_at):
+            ordered = sorted(fits_of[payment_id], key=lambda f: f.distance_seconds)
+            claims[payment_id] = list(
+                dict.fromkeys(f.purchase.id for f in ordered if f.purchase is not None)
+            )
+            card_of.update((f.purchase.id, f.card.id) for f in ordered if f.purchase is not None)
+        return claims, claimants, card_of
 
     def _wait(
         self,
@@ -395,18 +451,29 @@ class Matcher:
             reason["rival_receipt_ids"] = rivals
         record.reason = reason
 
+    def _cards_with_pan(self, record: CardPaymentRecord) -> int:
+        """How many enrolled cards, of any partner, agree with the masked PAN the receipt shows
+        (it shows the first six: only asked for a pilot fit)."""
+        shown = shown_pan(record)
+        if shown is None or not shows_pilot_digits(shown):
+            return 0
+        cards = self.session.scalars(
+            select(Card).where(
+                Card.pan_last4 == shown.last4,
+                Card.pan_first6 == shown.leading[:6],
+                Card.deleted_at.is_(None),
+            )
+        )
+        return sum(1 for card in cards if pan.agree(card_pan(card), shown))
+
     def _match(
-        self, record: CardPaymentRecord, chosen: Fit, fits: list[Fit], *, at_once: bool
+        self, record: CardPaymentRecord, chosen: Fit, fits: list[Fit], *, delivered: str
     ) -> None:
         card = chosen.card
         record.status = PaymentStatus.MATCHED.value
         record.settle_at = None
         explanation = fit_json(chosen)
-        explanation["delivered"] = (
-            "at once: the fit includes an equal authorization code or reference number"
-            if at_once
-            else "after the auth window closed, as the only fitting card"
-        )
+        explanation["delivered"] = delivered
         explanation["fits_considered"] = len(fits)
         explanation["paid_at"] = iso(record.paid_at)
         if chosen.purchase is not None:
@@ -428,7 +495,9 @@ class Matcher:
         self.session.add(match)
         self.session.flush()
         self.matched.append(match)
-        strength = "masked_pan" if chosen.purchase is None else ("code" if at_once else "keys")
+        strength = (
+            "masked_pan" if chosen.purchase is None else ("code" if chosen.strong else "keys")
+        )
         CARD_MATCHES.labels(strength).inc()
         deliver_match(self.session, self.settings, record, chosen, now=self.now)
         # The purchase is taken, and this payment no longer contests the others it fitted:

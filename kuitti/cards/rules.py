@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from kuitti.cards import pan
 from kuitti.models import Card
@@ -22,6 +22,10 @@ CLEARING_BEFORE = timedelta(minutes=15)
 CLEARING_AFTER = timedelta(days=7)
 MATCHING_SET_LIFETIME = timedelta(days=7)
 """Unmatched payments and transactions leave the matching set this long after their time."""
+
+K = TypeVar("K")
+P = TypeVar("P")
+C = TypeVar("C")
 
 
 def iso(moment: datetime) -> str:
@@ -34,29 +38,31 @@ def iso(moment: datetime) -> str:
 def in_window(kind: TransactionType | str, paid_at: datetime, occurred_at: datetime) -> bool:
     """Whether a transaction of this kind, stamped ``occurred_at``, fits a payment made at
     ``paid_at`` (bounds inclusive)."""
-    offset = paid_at - occurred_at
+    offset = occurred_at - paid_at
     if kind == TransactionType.AUTH:
         return abs(offset) <= AUTH_WINDOW
+    # Issuers stamp a clearing when it clears, hours to days after the purchase (some with the
+    # purchase time itself); never much before it.
     return -CLEARING_BEFORE <= offset <= CLEARING_AFTER
 
 
 def transaction_times(paid_at: datetime) -> tuple[datetime, datetime]:
     """The earliest and latest time of any transaction (auth or clearing) that can fit a
     payment made at ``paid_at``."""
-    return paid_at - CLEARING_AFTER, paid_at + AUTH_WINDOW
+    return paid_at - max(AUTH_WINDOW, CLEARING_BEFORE), paid_at + CLEARING_AFTER
 
 
 def payment_times(kind: TransactionType | str, occurred_at: datetime) -> tuple[datetime, datetime]:
     """The earliest and latest payment time that a transaction of this kind can fit."""
     if kind == TransactionType.AUTH:
         return occurred_at - AUTH_WINDOW, occurred_at + AUTH_WINDOW
-    return occurred_at - CLEARING_BEFORE, occurred_at + CLEARING_AFTER
+    return occurred_at - CLEARING_AFTER, occurred_at + CLEARING_BEFORE
 
 
 def window_name(kind: TransactionType | str) -> str:
     if kind == TransactionType.AUTH:
         return "auth (±15 min)"
-    return "clearing (15 min before to 7 days after)"
+    return "clearing (15 min before to 7 days after the payment)"
 
 
 # -- fits --------------------------------------------------------------------------------------
@@ -185,6 +191,7 @@ class Verdict(StrEnum):
     NO_CANDIDATE = "no_candidate"
     TIED = "tied"
     AT_ONCE = "at_once"  # a strong fit on the one fitting card
+    PILOT_AT_ONCE = "pilot_at_once"  # a pilot card, the only enrolled card with this masked PAN
     AWAITING_WINDOW = "awaiting_window"
     WEAK = "weak"  # the only card on keys alone, auth window closed: count the claimants
 
@@ -196,10 +203,17 @@ class Judgement:
     settle_at: datetime | None = None
 
 
-def judge(fits: list[Fit], paid_at: datetime, now: datetime) -> Judgement:
+def judge(
+    fits: list[Fit], paid_at: datetime, now: datetime, *, cards_with_this_pan: int
+) -> Judgement:
     """What a waiting payment's fits decide, before counting rival payments: nothing fits, a
-    tie between cards, one card with a strong fit (delivered at once), or one card on keys
-    alone (waits for the auth window to close, then for the rival count)."""
+    tie between cards, one card with a strong fit (delivered at once), a pilot card that is the
+    only enrolled card of any partner agreeing with the receipt's masked PAN (delivered at once:
+    the pilot banks are promised receipts in real time), or one card on keys alone (waits for
+    the auth window to close, then for the rival count).
+
+    ``cards_with_this_pan``: how many enrolled cards, of any partner, agree with the masked PAN
+    the receipt shows (only consulted for a pilot fit, whose fits show the first six)."""
     by_card: dict[object, list[Fit]] = {}
     for item in fits:
         by_card.setdefault(item.card.id, []).append(item)
@@ -210,7 +224,61 @@ def judge(fits: list[Fit], paid_at: datetime, now: datetime) -> Judgement:
     card_fits = next(iter(by_card.values()))
     if any(f.strong for f in card_fits):
         return Judgement(Verdict.AT_ONCE, [f for f in card_fits if f.strong])
+    if cards_with_this_pan == 1 and all(f.purchase is None for f in card_fits):
+        return Judgement(Verdict.PILOT_AT_ONCE, card_fits)
     settle_at = paid_at + AUTH_WINDOW
     if now < settle_at:
         return Judgement(Verdict.AWAITING_WINDOW, card_fits, settle_at)
     return Judgement(Verdict.WEAK, card_fits)
+
+
+def serve_all(claims: dict[K, list[P]]) -> dict[K, P] | None:
+    """An assignment giving every claimant its own purchase from those it claims (claims in
+    order of preference), or None when there is none (Hall's condition fails: more claimants
+    than purchases in some group). Kuhn's augmenting paths; the groups are small."""
+    owner: dict[P, K] = {}
+
+    def place(claimant: K, seen: set[P]) -> bool:
+        for purchase in claims[claimant]:
+            if purchase in seen:
+                continue
+            seen.add(purchase)
+            holder = owner.get(purchase)
+            if holder is None or place(holder, seen):
+                owner[purchase] = claimant
+                return True
+        return False
+
+    for claimant in claims:
+        if not place(claimant, set()):
+            return None
+    return {claimant: purchase for purchase, claimant in owner.items()}
+
+
+class Outcome(StrEnum):
+    UNSERVED = "contested"  # no way gives every claimant its own purchase
+    TIED = "tied"  # the subject could be served by more than one card
+    WON = "won"  # every way of serving all claimants gives the subject this card
+
+
+def contest(subject: K, claims: dict[K, list[P]], card_of: dict[P, C]) -> tuple[Outcome, P | None]:
+    """Decide one payment among the waiting payments that claim the same purchases on keys alone
+    (``claims``: each claimant's purchases, preferred first; ``card_of``: each purchase's card).
+
+    A purchase serves one payment, and every claimant is taken to be a real payment of one of
+    these purchases. The subject wins a card when some way serves every claimant and every such
+    way gives the subject a purchase of that same card; it then gets its purchase in one such
+    way. Ties on which purchase of the one card don't matter to whom the receipt goes."""
+    cards = list(dict.fromkeys(card_of[p] for p in claims[subject]))
+    won: list[P] = []
+    for card in cards:
+        restricted = {subject: [p for p in claims[subject] if card_of[p] == card]}
+        restricted.update((k, v) for k, v in claims.items() if k != subject)
+        assignment = serve_all(restricted)
+        if assignment is not None:
+            won.append(assignment[subject])
+    if not won:
+        return Outcome.UNSERVED, None
+    if len(won) > 1:
+        return Outcome.TIED, None
+    return Outcome.WON, won[0]

@@ -157,6 +157,36 @@ class TestWindows:
         assert rules.in_window("auth", PAID_AT, PAID_AT + offset) is inside
         assert (fits(payment(), card(), at=PAID_AT + offset) is not None) is inside
 
+    @pytest.mark.parametrize(
+        ("offset", "inside"),
+        [
+            (timedelta(minutes=-15), True),  # the issuer's clock a little ahead of the POS
+            (timedelta(0), True),  # stamped with the purchase time
+            (timedelta(hours=8), True),  # stamped when it cleared
+            (timedelta(days=3, hours=12), True),
+            (timedelta(days=7), True),
+            (timedelta(minutes=-15, seconds=-1), False),
+            (timedelta(days=7, seconds=1), False),
+            (timedelta(days=-3), False),  # a clearing never precedes its purchase by days
+        ],
+    )
+    def test_clearing_from_15_minutes_before_to_7_days_after(
+        self, offset: timedelta, inside: bool
+    ) -> None:
+        assert rules.in_window("clearing", PAID_AT, PAID_AT + offset) is inside
+        found = fits(payment(), card(), kind="clearing", at=PAID_AT + offset)
+        assert (found is not None) is inside
+
+    def test_the_lookup_ranges_cover_both_windows(self) -> None:
+        earliest, latest = rules.transaction_times(PAID_AT)
+        assert earliest == PAID_AT - timedelta(minutes=15)
+        assert latest == PAID_AT + timedelta(days=7)
+        cleared = PAID_AT + timedelta(days=2)
+        assert rules.payment_times("clearing", cleared) == (
+            cleared - timedelta(days=7),
+            cleared + timedelta(minutes=15),
+        )
+
 
 class TestPilot:
     def test_a_pilot_card_fits_on_the_first_six_and_last_four(self) -> None:
@@ -172,14 +202,34 @@ class TestPilot:
         assert rules.pilot_fit(payment(), card()) is None
 
 
+class TestServeAll:
+    def test_each_claimant_gets_its_own_purchase(self) -> None:
+        # A daily coffee cleared days later: Monday's payment fits every clearing so far,
+        # Wednesday's only Wednesday's clearing. Wednesday's must take its own.
+        claims = {"mon": ["c-wed", "c-mon", "c-tue"], "tue": ["c-wed", "c-tue"], "wed": ["c-wed"]}
+        assert rules.serve_all(claims) == {"mon": "c-mon", "tue": "c-tue", "wed": "c-wed"}
+
+    def test_more_claimants_than_purchases_serves_none(self) -> None:
+        assert rules.serve_all({"a": ["x"], "b": ["x"]}) is None
+        assert rules.serve_all({"a": ["x", "y"], "b": ["x", "y"], "c": ["y", "x"]}) is None
+
+    def test_the_preferred_purchase_when_nobody_needs_it(self) -> None:
+        assert rules.serve_all({"a": ["near", "far"]}) == {"a": "near"}
+
+
 class TestJudge:
     def test_nothing_fits(self) -> None:
-        assert rules.judge([], PAID_AT, PAID_AT).verdict is Verdict.NO_CANDIDATE
+        assert (
+            rules.judge([], PAID_AT, PAID_AT, cards_with_this_pan=1).verdict is Verdict.NO_CANDIDATE
+        )
 
     def test_two_cards_tie(self) -> None:
         record = payment(masked_pan="************1234")
         found = [fits(record, card()), fits(record, card("552211******1234"))]
-        assert rules.judge([f for f in found if f], PAID_AT, PAID_AT).verdict is Verdict.TIED
+        assert (
+            rules.judge([f for f in found if f], PAID_AT, PAID_AT, cards_with_this_pan=1).verdict
+            is Verdict.TIED
+        )
 
     def test_a_strong_fit_is_delivered_at_once(self) -> None:
         owner = card()
@@ -188,17 +238,21 @@ class TestJudge:
         strong = fits(record, owner, authorization_code="A1")
         assert weak is not None
         assert strong is not None
-        judged = rules.judge([weak, strong], PAID_AT, PAID_AT)
+        judged = rules.judge([weak, strong], PAID_AT, PAID_AT, cards_with_this_pan=1)
         assert judged.verdict is Verdict.AT_ONCE
         assert rules.best(judged.card_fits) is strong
 
     def test_a_weak_fit_waits_for_the_auth_window_to_close(self) -> None:
         found = fits(payment(), card())
         assert found is not None
-        waiting = rules.judge([found], PAID_AT, PAID_AT + timedelta(minutes=14))
+        waiting = rules.judge(
+            [found], PAID_AT, PAID_AT + timedelta(minutes=14), cards_with_this_pan=1
+        )
         assert waiting.verdict is Verdict.AWAITING_WINDOW
         assert waiting.settle_at == PAID_AT + timedelta(minutes=15)
-        closed = rules.judge([found], PAID_AT, PAID_AT + timedelta(minutes=15))
+        closed = rules.judge(
+            [found], PAID_AT, PAID_AT + timedelta(minutes=15), cards_with_this_pan=1
+        )
         assert closed.verdict is Verdict.WEAK
 
     def test_the_nearest_transaction_is_the_best_fit(self) -> None:
@@ -209,3 +263,15 @@ class TestJudge:
         assert far is not None
         assert near is not None
         assert rules.best([far, near]) is near
+
+    def test_a_pilot_card_alone_with_its_masked_pan_is_delivered_at_once(self) -> None:
+        found = rules.pilot_fit(payment(), card(pilot=True))
+        assert found is not None
+        judged = rules.judge([found], PAID_AT, PAID_AT, cards_with_this_pan=1)
+        assert judged.verdict is Verdict.PILOT_AT_ONCE
+
+    def test_a_pilot_card_waits_when_another_enrolled_card_agrees(self) -> None:
+        found = rules.pilot_fit(payment(), card(pilot=True))
+        assert found is not None
+        judged = rules.judge([found], PAID_AT, PAID_AT, cards_with_this_pan=2)
+        assert judged.verdict is Verdict.AWAITING_WINDOW
