@@ -15,9 +15,9 @@ from kuitti.delivery.links import private_link
 from kuitti.deps import ReadSession, ServicesDep, WriteSession
 from kuitti.models import Connection, User
 from kuitti.users import service as users
-from kuitti.users.sessions import SESSION_COOKIE, CurrentUser, RequireUser, redirect
+from kuitti.users.sessions import CurrentUser, RequireUser, redirect
 from kuitti.users.sessions import router as sessions_router
-from kuitti.web import check_csrf, render
+from kuitti.web import SESSION_COOKIE, check_csrf, render
 
 router = APIRouter(include_in_schema=False)
 router.include_router(sessions_router)
