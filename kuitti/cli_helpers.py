@@ -20,7 +20,7 @@ from kuitti.clock import SystemClock
 from kuitti.config import Settings, load_settings
 from kuitti.db import Database
 from kuitti.dbmigrate import schema_is_current, upgrade
-from kuitti.deps import Services
+from kuitti.services import Services
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 

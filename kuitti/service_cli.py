@@ -19,8 +19,9 @@ from kuitti.asgi import LISTEN_ENV, RUN_WORKER_ENV
 from kuitti.cli_helpers import fail, open_database, open_services, settings_or_exit
 from kuitti.dbmigrate import upgrade
 from kuitti.demo import fill_demo
-from kuitti.deps import Services
-from kuitti.webhooks.worker import run_worker
+from kuitti.logs import UVICORN_LOG_CONFIG
+from kuitti.services import Services
+from kuitti.worker import run_worker
 
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 
@@ -42,6 +43,8 @@ def serve(
         port=port,
         workers=workers,
         log_level="warning",
+        log_config=UVICORN_LOG_CONFIG,
+        access_log=False,
         proxy_headers=True,
         server_header=False,
     )

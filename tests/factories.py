@@ -13,10 +13,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from kuitti.deps import Services
 from kuitti.models import Connection, PartnerRole, Receipt, User
 from kuitti.partners.service import NewPartner, create_partner
 from kuitti.security import SecretBox
+from kuitti.services import Services
 from kuitti.users.service import create_user
 
 VAT_RATES = ("25.5", "14", "10")

@@ -15,9 +15,9 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from kuitti.cli import COMMANDS, app, load_command
-from kuitti.deps import Services
 from kuitti.models import Partner, User
 from kuitti.security import SecretBox, hash_secret
+from kuitti.services import Services
 from tests.conftest import free_port
 from tests.test_serve import KUITTI
 

@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 
 from kuitti import locks
 from kuitti.cards import pan
-from kuitti.cards.matching import CLEARING_AFTER, CLEARING_BEFORE, Matcher
+from kuitti.cards.matching import Matcher
+from kuitti.cards.rules import CLEARING_AFTER, CLEARING_BEFORE
 from kuitti.config import Settings
 from kuitti.delivery.service import reading_connections
 from kuitti.errors import Conflict, ErrorDetail, InvalidRequest, NotFound

@@ -19,6 +19,7 @@ from sqlalchemy import event, text
 from sqlalchemy.orm import Session
 
 from kuitti.models import Connection, Partner, WebhookDelivery
+from kuitti.models.outbox import DeliveryStatus
 
 
 class NotificationType(StrEnum):
@@ -101,7 +102,7 @@ def enqueue(
         notification_type=notification_type.value,
         payload=orjson.dumps(payload).decode(),
         bare_authorization=bare_authorization,
-        status="pending",
+        status=DeliveryStatus.PENDING,
         attempt_count=0,
         next_attempt_at=now,
         created_at=now,

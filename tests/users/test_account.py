@@ -8,8 +8,8 @@ import httpx
 from sqlalchemy import func, select
 
 from kuitti.delivery.mail import send_due_mail
-from kuitti.deps import Services
 from kuitti.models import Connection, User, UserSession, WebhookDelivery
+from kuitti.services import Services
 from tests.factories import make_user
 from tests.oauth.flow import connect, csrf_of, delivered_receipt, log_in, make_app
 from tests.users.conftest import Inbox

@@ -13,11 +13,12 @@ from typing import Any
 
 from sqlalchemy import select
 
-from kuitti.deps import Services
 from kuitti.models import Connection, PartnerRole, WebhookDelivery
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
 from kuitti.webhooks.events import NotificationType, enqueue
-from kuitti.webhooks.worker import deliver_due, make_client, run_worker
+from kuitti.webhooks.worker import deliver_due, make_client
+from kuitti.worker import run_worker
 from tests.factories import make_partner
 
 

@@ -3,21 +3,26 @@ the ``standardwebhooks`` reference library."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 
 import httpx
 import orjson
 import pytest
+import structlog
 from sqlalchemy import func, select
 from standardwebhooks import Webhook
 
 from kuitti.clock import FrozenClock
 from kuitti.delivery.service import deliver_to_user
-from kuitti.deps import Services
 from kuitti.models import PartnerRole, Receipt, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
+from kuitti.webhooks import worker as webhook_worker
 from kuitti.webhooks.events import NotificationType, enqueue
 from tests.factories import auth, make_partner, make_user, receipt_doc
 from tests.webhooks.receivers import Behaviour, Received, Receiver
@@ -323,7 +328,7 @@ class TestFaults:
             [attempt] = row.attempts
             assert attempt.status_code is None
             assert attempt.error is not None
-            assert "RemoteProtocolError" in attempt.error
+            assert attempt.error == "the connection was closed without an answer"
             # …and the next attempt, on a new connection, gets through.
             clock.set(row.next_attempt_at)
             assert deliver(services) == 1
@@ -346,7 +351,52 @@ class TestFaults:
         assert deliver(services) == 1
         [attempt] = delivery(services, delivery_id).attempts
         assert attempt.error is not None
-        assert "ConnectError" in attempt.error
+        assert attempt.error.startswith("could not connect: ")
+
+
+@contextlib.contextmanager
+def info_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[structlog.testing.LogCapture]:
+    """Capture the worker's log lines at info level (the tests' own level may be higher)."""
+    saved = structlog.get_config()
+    capture = structlog.testing.LogCapture()
+    structlog.configure(
+        processors=[capture],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        cache_logger_on_first_use=False,
+    )
+    # The module's logger may have cached the earlier configuration: give it a fresh one.
+    monkeypatch.setattr(webhook_worker, "log", structlog.get_logger("kuitti"))
+    try:
+        yield capture
+    finally:
+        structlog.configure(**saved)
+
+
+class TestAttemptLog:
+    def test_one_info_line_per_attempt(
+        self, services: Services, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        with Receiver(Behaviour(status=503)) as endpoint:
+            partner = webhook_partner(services, endpoint.url)
+            delivery_id = queue(services, partner, kind=NotificationType.OAUTH_REVOKE)
+            with info_logs(monkeypatch) as capture:
+                deliver(services)
+                clock.set(delivery(services, delivery_id).next_attempt_at)
+                deliver(services)
+        lines = [line for line in capture.entries if line["event"] == "webhook attempt"]
+        assert [line.pop("latency_ms") >= 0 for line in lines] == [True, True]
+        assert lines == [
+            {
+                "event": "webhook attempt",
+                "log_level": "info",
+                "delivery_id": str(delivery_id),
+                "partner_id": str(partner.partner.id),
+                "notification_type": "oauth_authorization_revoke",
+                "status_code": status,
+                "error": error,
+            }
+            for status, error in [(503, "HTTP 503"), (200, None)]
+        ]
 
 
 class TestRetrySchedule:
@@ -383,7 +433,7 @@ class TestRetrySchedule:
     def test_jitter_is_spread_within_ten_percent(self, services: Services) -> None:
         import random
 
-        from kuitti.webhooks.worker import retry_delay_seconds
+        from kuitti.outbox import retry_delay_seconds
 
         rng = random.Random(7)
         delays = [retry_delay_seconds(services.settings, 3, rng) for _ in range(2000)]

@@ -18,9 +18,9 @@ from sqlalchemy.engine import make_url
 from kuitti.clock import FrozenClock
 from kuitti.db import Database
 from kuitti.delivery.mail import enqueue_mail
-from kuitti.deps import Services
 from kuitti.models import WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
+from kuitti.services import Services
 from kuitti.webhooks.events import NotificationType, enqueue, wake_workers
 from kuitti.webhooks.worker import Outcome, claim_due, lease_seconds, record_outcomes
 from tests.conftest import BACKEND

@@ -19,7 +19,6 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 from xml.sax.saxutils import escape
 
@@ -37,11 +36,11 @@ from reportlab.pdfbase.pdfdoc import (
 from reportlab.pdfbase.ttfonts import TTFont
 from reportlab.pdfgen.canvas import Canvas
 
+from kuitti.paths import STATIC_DIR
 from kuitti.receipts.formats.codes import CodeModules, draw
 
-STATIC = Path(__file__).resolve().parents[2] / "static"
-FONTS_DIR = STATIC / "fonts"
-ICC_PROFILE = STATIC / "icc" / "sRGB.icc"
+FONTS_DIR = STATIC_DIR / "fonts"
+ICC_PROFILE = STATIC_DIR / "icc" / "sRGB.icc"
 
 REGULAR = "DejaVuSans"
 BOLD = "DejaVuSans-Bold"
