@@ -25,6 +25,11 @@ from kuitti.worker import run_worker
 
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 
+# How long uvicorn's supervisor waits for a server process to start and to answer its health
+# check. uvicorn's default (5 s) is shorter than a busy host takes to import the application: the
+# supervisor then kills and respawns every process for ever and the server never listens.
+WORKER_HEALTHCHECK_TIMEOUT_SECONDS = 60
+
 
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
@@ -42,6 +47,7 @@ def serve(
         host=host,
         port=port,
         workers=workers,
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_TIMEOUT_SECONDS,
         log_level="warning",
         log_config=UVICORN_LOG_CONFIG,
         access_log=False,
