@@ -45,7 +45,7 @@ from kuitti import locks
 from kuitti.cards import pan
 from kuitti.config import Settings
 from kuitti.delivery.links import private_link
-from kuitti.delivery.service import deliver_to_user, grant
+from kuitti.delivery.service import deliver_to_user, grant_via_card
 from kuitti.deps import Services
 from kuitti.logs import log
 from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_SECONDS
@@ -534,7 +534,7 @@ class Matcher:
         assert issuer is not None
         if card.user_id is not None:
             deliver_to_user(self.session, receipt, card.user_id, via="card", now=self.now)
-        grant(self.session, receipt, issuer.id, "card")
+        grant_via_card(self.session, receipt, card)
         if card.pilot:
             self._full_receipt(receipt, issuer, card)
             return

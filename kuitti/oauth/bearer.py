@@ -24,7 +24,7 @@ from kuitti.oauth import tokens
 from kuitti.oauth.scopes import Scope
 from kuitti.oauth.tokens import InvalidToken
 from kuitti.partners.service import partner_by_api_key
-from kuitti.receipts.service import Reader
+from kuitti.receipts.readers import Reader
 
 __all__ = [
     "AppConnection",
