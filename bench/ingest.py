@@ -6,7 +6,8 @@
 - FastAPI validating the receipt exactly as kuitti does (no authentication, database or logging).
 
 Every server runs with the same number of processes (``--workers``; kuitti as ``kuitti serve
---workers N --no-worker``). Receipts are realistic: ``--rows`` product rows (60 by default, a
+--workers N --no-worker`` runs it, through uvicorn with a longer
+worker health check). Receipts are realistic: ``--rows`` product rows (60 by default, a
 full grocery basket; 0 for 1–60 at random), three VAT rates, a CARD payment with the full set of
 terminal attributes. The load comes from ``wrk`` (Debian package ``wrk``; C, so the client takes
 little of the machine's cores) over real HTTP on loopback, with N concurrent connections.
@@ -52,6 +53,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kuitti.asgi import RUN_WORKER_ENV  # noqa: E402
 from tests.factories import card_payment, product_row, receipt_doc  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get(
@@ -61,6 +63,7 @@ BIN = Path(sys.executable).parent
 RATES = ("25.5", "14", "10")
 NAMES = ("Maito 1 l", "Ruisleipä", "Kahvi 500 g", "Banaani kg", "Juusto 400 g", "Omena kg")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+UVICORN_ARGS = ("--log-level", "warning", "--timeout-worker-healthcheck", "120")
 
 
 @dataclass
@@ -339,7 +342,12 @@ def kuitti_instance(kind: str) -> Iterator[tuple[Path, dict[str, str], str, str 
     """A fresh database with one merchant partner: (workdir, env, api key, database URL)."""
     with tempfile.TemporaryDirectory() as tmp, database(kind) as url:
         workdir = Path(tmp)
-        env = {**os.environ, "KUITTI_VAR_DIR": str(workdir / "var"), "KUITTI_LOG_LEVEL": "INFO"}
+        env = {
+            **os.environ,
+            "KUITTI_VAR_DIR": str(workdir / "var"),
+            "KUITTI_LOG_LEVEL": "INFO",
+            RUN_WORKER_ENV: "0",
+        }
         env.pop("KUITTI_DATABASE_URL", None)
         if url:
             env["KUITTI_DATABASE_URL"] = url
@@ -354,9 +362,13 @@ def kuitti_instance(kind: str) -> Iterator[tuple[Path, dict[str, str], str, str 
 
 
 def kuitti_command(port: int, workers: int, serve_args: str) -> list[str]:
+    """What ``kuitti serve --workers N --no-worker`` runs, with a longer worker health check:
+    on a busy machine a worker's imports can outlast uvicorn's 5 s default and the supervisor
+    then kills and respawns it for ever."""
     return [
-        str(BIN / "kuitti"), "serve", "--port", str(port), "--workers", str(workers),
-        "--no-worker", *serve_args.split(),
+        str(BIN / "uvicorn"), "kuitti.asgi:app_from_environment", "--factory",
+        "--port", str(port), "--workers", str(workers), *UVICORN_ARGS,
+        "--proxy-headers", "--no-server-header", *serve_args.split(),
     ]  # fmt: skip
 
 
@@ -388,7 +400,7 @@ def bench_reference(
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         command = [
             str(BIN / "uvicorn"), f"bench.bare_app:{app}", "--port", str(port),
-            "--workers", str(workers), "--log-level", "warning", "--no-access-log",
+            "--workers", str(workers), "--no-access-log", *UVICORN_ARGS,
         ]  # fmt: skip
         return measure(f"{label} ({workers} proc)", command, env, port, script, args, workdir)
 
@@ -402,7 +414,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=60, help="product rows (0: 1–60 at random)")
     parser.add_argument("--receipts", type=int, default=200, help="distinct bodies to send")
     parser.add_argument("--no-validating", action="store_true", help="skip the FastAPI reference")
-    parser.add_argument("--serve-args", default="", help="extra arguments for kuitti serve")
+    parser.add_argument(
+        "--serve-args", default="", help="extra arguments for uvicorn serving kuitti"
+    )
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is needed: apt-get install wrk")
