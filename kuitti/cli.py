@@ -22,10 +22,10 @@ from kuitti.clock import SystemClock
 from kuitti.config import Settings, load_settings
 from kuitti.db import Database
 from kuitti.dbmigrate import schema_is_current, upgrade
-from kuitti.deps import Services
 from kuitti.models import PartnerRole
 from kuitti.partners import service as partners
 from kuitti.security import SecretBox
+from kuitti.services import Services
 
 app = typer.Typer(
     help="kuitti, an open digital receipt service.",
@@ -93,6 +93,7 @@ def serve(
     import uvicorn
 
     from kuitti.asgi import RUN_WORKER_ENV
+    from kuitti.logs import UVICORN_LOG_CONFIG
 
     open_services()  # validates settings and migrates an embedded database before forking
     os.environ[RUN_WORKER_ENV] = "0" if no_worker else "1"
@@ -103,6 +104,8 @@ def serve(
         port=port,
         workers=workers,
         log_level="warning",
+        log_config=UVICORN_LOG_CONFIG,
+        access_log=False,
         proxy_headers=True,
         server_header=False,
     )
@@ -111,7 +114,7 @@ def serve(
 @app.command()
 def worker() -> None:
     """Run the delivery worker alone (webhooks and e-mail)."""
-    from kuitti.webhooks.worker import run_worker
+    from kuitti.worker import run_worker
 
     async def main(services: Services) -> None:
         stop = asyncio.Event()

@@ -97,6 +97,7 @@ class Database:
             self.engine = create_engine(
                 url,
                 echo=echo,
+                hide_parameters=True,  # database errors are logged; bound values may be secret
                 pool_size=pool_size,
                 max_overflow=pool_size,
                 connect_args={"check_same_thread": False, "timeout": 10},
@@ -107,6 +108,7 @@ class Database:
             self.engine = create_engine(
                 url,
                 echo=echo,
+                hide_parameters=True,  # database errors are logged; bound values may be secret
                 pool_size=pool_size,
                 max_overflow=pool_size // 2,
                 pool_pre_ping=True,

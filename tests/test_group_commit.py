@@ -13,9 +13,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kuitti.db import GroupCommit
-from kuitti.deps import Services
 from kuitti.errors import Conflict
 from kuitti.models import IdempotencyRecord
+from kuitti.services import Services
 from tests.factories import make_partner
 
 Work = Callable[[Session], int]

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 
 from kuitti.models import Card, Connection, Receipt, ReceiptDelivery, ReceiptGrant
 from kuitti.models.receipts import GrantReason
-from kuitti.webhooks.events import NotificationType, notify_connection
-
-READ_SCOPE = "receipt:read"
+from kuitti.oauth.scopes import Scope
+from kuitti.webhooks.events import notify_connection
+from kuitti.webhooks.payloads import ReceiptNotification
 
 
 def grant_via_connection(session: Session, receipt: Receipt, connection: Connection) -> bool:
@@ -75,8 +75,7 @@ def deliver_to_user(
         notify_connection(
             session,
             connection,
-            NotificationType.RECEIPT,
-            receipt_id=str(receipt.id),
+            ReceiptNotification.about(connection, receipt_id=receipt.id),
             now=now,
         )
     return True
@@ -88,4 +87,4 @@ def reading_connections(session: Session, user_id: uuid.UUID) -> list[Connection
         .where(Connection.user_id == user_id, Connection.revoked_at.is_(None))
         .order_by(Connection.created_at)
     )
-    return [c for c in connections if READ_SCOPE in c.scopes]
+    return [c for c in connections if Scope.RECEIPT_READ.value in c.scopes]

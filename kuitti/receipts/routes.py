@@ -13,14 +13,16 @@ from fastapi.responses import Response
 from kuitti.deps import Now, RawBody, ReadSession, ServicesDep
 from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, Unauthorized
 from kuitti.i18n import as_language, negotiate_locale
+from kuitti.inputs import parse_json
 from kuitti.models import Partner
-from kuitti.oauth.bearer import connection_reader
+from kuitti.oauth.bearer import reading_connection
 from kuitti.partners.auth import MerchantPartner, ServiceApiKey, authenticate_partner, require_json
 from kuitti.receipts import readers, service
-from kuitti.receipts.formats import DataFormat, etag, render
+from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.layout import Layout
+from kuitti.receipts.formats.rendering import etag, render
 from kuitti.receipts.readers import Reader
-from kuitti.receipts.validation import canonical_hash, parse_json, parse_receipt_request
+from kuitti.receipts.validation import canonical_hash, parse_receipt_request
 from kuitti.responses import ORJSONResponse
 
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
@@ -28,6 +30,8 @@ router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
 
 def _reader(
     services: ServicesDep,
+    session: ReadSession,
+    now: Now,
     app_key: ServiceApiKey,
     authorization: Annotated[str | None, Header()] = None,
 ) -> Reader:
@@ -36,8 +40,10 @@ def _reader(
     if authorization and authorization.lower().startswith("bearer "):
         if not app_key:
             raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")
-        return connection_reader(services, app_key, authorization[7:].strip())
-    partner = authenticate_partner(services, authorization or app_key)
+        token = authorization[7:].strip()
+        connection = reading_connection(session, services.settings, app_key, token, now=now)
+        return Reader(partner_id=connection.partner_id, user_id=connection.user_id)
+    partner = authenticate_partner(services, session, authorization or app_key)
     return Reader(partner_id=partner.id)
 
 

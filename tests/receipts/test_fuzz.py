@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-from kuitti.deps import Services
 from kuitti.models import Receipt
+from kuitti.services import Services
 from tests.factories import auth, make_partner, many_rows, receipt_doc, token_body
 
 json_values = st.recursive(

@@ -16,9 +16,9 @@ import pytest
 
 from kuitti.clock import FrozenClock
 from kuitti.delivery.service import deliver_to_user
-from kuitti.deps import Services
 from kuitti.models import PartnerRole, Receipt
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
 from tests.cards.support import AUTH_CODE, PAID_AT, World, make_world
 from tests.factories import auth, make_partner, make_user, receipt_doc
 from tests.oauth.flow import (

@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 from sqlalchemy import func, select
 
-from kuitti.deps import Services
 from kuitti.models import MailMessage, User, UserSession, UserToken
+from kuitti.services import Services
 from kuitti.users import service as users
 from tests.factories import make_user
 from tests.oauth.flow import log_in
