@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query
@@ -80,7 +79,7 @@ RECEIPT_BODY_SCHEMA = {
         415: {"description": "Content type is not JSON."},
     },
 )
-async def create_receipt(
+def create_receipt(
     body: RawBody,
     partner: MerchantPartner,
     services: ServicesDep,
@@ -88,23 +87,15 @@ async def create_receipt(
     content_type: Annotated[str | None, Header()] = None,
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> ORJSONResponse:
-    # async: validation runs on the event loop, and the write waits for the process's group
-    # commit (kuitti.db.GroupCommit) without holding a threadpool thread.
     require_json(content_type)
     request = parse_receipt_request(body, attachments_enabled=partner.attachments_enabled)
     idempotency = None
     if idempotency_key:
         idempotency = service.IdempotencyKey(idempotency_key, canonical_hash(parse_json(body)))
-    status, payload = await services.db.group_commit.run(
-        partial(
-            service.create_receipt,
-            settings=services.settings,
-            partner=partner,
-            request=request,
-            now=now,
-            idempotency=idempotency,
+    with services.db.session() as session:
+        status, payload = service.create_receipt(
+            session, services.settings, partner, request, now=now, idempotency=idempotency
         )
-    )
     return ORJSONResponse(payload, status_code=status)
 
 
