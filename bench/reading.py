@@ -35,7 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.ingest import (  # noqa: E402
+from ingest import (  # noqa: E402  (bench/ is the script's own directory)
     free_port,
     kuitti_command,
     kuitti_instance,
