@@ -26,6 +26,9 @@ class Receipt(Base):
     document_hash: Mapped[str] = mapped_column(String(64))
     receipt_number: Mapped[str] = mapped_column(String(200))
     receipt_time: Mapped[datetime]
+    # receiptTimeStamp exactly as posted (its own offset): the list shows it without parsing
+    # every document of the page.
+    receipt_timestamp: Mapped[str] = mapped_column(Text)
     merchant_name: Mapped[str] = mapped_column(String(500))
     total: Mapped[int] = mapped_column(BigInteger)
     currency: Mapped[str] = mapped_column(String(3))

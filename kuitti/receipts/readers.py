@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import orjson
-from sqlalchemy import ColumnElement, and_, exists, or_, select
+from sqlalchemy import ColumnElement, and_, bindparam, exists, or_, select
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import BindParameter
 
 from kuitti.errors import ErrorDetail, InvalidRequest, NotFound
 from kuitti.models import Card, Connection, Receipt, ReceiptDelivery, ReceiptGrant
@@ -58,19 +58,25 @@ def _grant_in_force() -> ColumnElement[bool]:
     )
 
 
-def _readable_by_partner(partner_id: uuid.UUID) -> ColumnElement[bool]:
+def _readable_by_partner(partner_id: uuid.UUID | BindParameter[Any]) -> ColumnElement[bool]:
     return and_(ReceiptGrant.partner_id == partner_id, _grant_in_force())
+
+
+# Built once: the single read is the hottest reading path, and a prebuilt statement skips
+# rebuilding and re-keying the expression for SQLAlchemy's statement cache on every request.
+_MAY_READ = select(
+    exists().where(
+        ReceiptGrant.receipt_id == bindparam("receipt_id"),
+        _readable_by_partner(bindparam("partner_id")),
+    )
+)
 
 
 def may_read(session: Session, reader: Reader, receipt_id: uuid.UUID) -> bool:
     if reader.user_id is not None:
         return session.get(ReceiptDelivery, (reader.user_id, receipt_id)) is not None
-    query = select(
-        exists().where(
-            ReceiptGrant.receipt_id == receipt_id, _readable_by_partner(reader.partner_id)
-        )
-    )
-    return bool(session.scalar(query))
+    params = {"partner_id": reader.partner_id, "receipt_id": receipt_id}
+    return bool(session.scalar(_MAY_READ, params))
 
 
 def readable_receipt(session: Session, reader: Reader, receipt_id: uuid.UUID) -> Receipt:
@@ -118,7 +124,7 @@ def list_receipts(
         select(
             Receipt.id,
             Receipt.merchant_name,
-            Receipt.document,
+            Receipt.receipt_timestamp,
             Receipt.total,
             Receipt.currency,
             page_keys.c.receipt_time,
@@ -132,11 +138,11 @@ def list_receipts(
         {
             "receipt_id": str(receipt_id),
             "merchant_name": merchant_name,
-            "receipt_time": orjson.loads(document)["receiptTimeStamp"],
+            "receipt_time": receipt_timestamp,
             "total": total,
             "currency": currency,
         }
-        for receipt_id, merchant_name, document, total, currency, _sort_time in page
+        for receipt_id, merchant_name, receipt_timestamp, total, currency, _sort_time in page
     ]
     next_cursor = None
     if len(rows) > limit:

@@ -196,6 +196,7 @@ def _store(
         document_hash=document_hash,
         receipt_number=doc.receiptNumber,
         receipt_time=doc.receipt_time,
+        receipt_timestamp=doc.receiptTimeStamp,
         merchant_name=doc.merchant.name,
         total=doc.totalPriceIncVAT,
         currency=doc.currencyISOCode,

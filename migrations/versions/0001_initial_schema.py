@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-23 15:54:38.862470
+Create Date: 2026-11-23 16:17:24.695171
 """
 
 from collections.abc import Sequence
@@ -164,6 +164,7 @@ def upgrade() -> None:
         sa.Column("document_hash", sa.String(length=64), nullable=False),
         sa.Column("receipt_number", sa.String(length=200), nullable=False),
         sa.Column("receipt_time", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("receipt_timestamp", sa.Text(), nullable=False),
         sa.Column("merchant_name", sa.String(length=500), nullable=False),
         sa.Column("total", sa.BigInteger(), nullable=False),
         sa.Column("currency", sa.String(length=3), nullable=False),
