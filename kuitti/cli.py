@@ -6,16 +6,13 @@ Secrets are printed once, at creation.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 import sys
 import weakref
 from typing import Annotated, Any, NoReturn
 
 import orjson
 import typer
-import uvloop
 from pydantic import ValidationError
 
 from kuitti.clock import SystemClock
@@ -114,17 +111,9 @@ def serve(
 @app.command()
 def worker() -> None:
     """Run the delivery worker alone (webhooks and e-mail)."""
-    from kuitti.worker import run_worker
+    from kuitti.worker import run_worker_process
 
-    async def main(services: Services) -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run_worker(services, stop)
-
-    # uvloop (installed with uvicorn[standard]) as kuitti serve uses: less CPU per delivery.
-    uvloop.run(main(open_services()))
+    run_worker_process(open_services())
 
 
 @db_app.command("upgrade")
