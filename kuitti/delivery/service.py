@@ -14,10 +14,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kuitti.models import Connection, Receipt, ReceiptDelivery, ReceiptGrant
+from kuitti.oauth.scopes import Scope
 from kuitti.webhooks.events import notify_connection
 from kuitti.webhooks.payloads import ReceiptNotification
-
-READ_SCOPE = "receipt:read"
 
 
 def grant(session: Session, receipt: Receipt, partner_id: uuid.UUID, reason: str) -> bool:
@@ -70,4 +69,4 @@ def reading_connections(session: Session, user_id: uuid.UUID) -> list[Connection
         .where(Connection.user_id == user_id, Connection.revoked_at.is_(None))
         .order_by(Connection.created_at)
     )
-    return [c for c in connections if READ_SCOPE in c.scopes]
+    return [c for c in connections if Scope.RECEIPT_READ.value in c.scopes]

@@ -17,7 +17,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from kuitti import locks, security
-from kuitti.clock import as_utc
+from kuitti.clock import as_utc, iso_utc
 from kuitti.config import Settings
 from kuitti.delivery.mail import enqueue_mail
 from kuitti.models import (
@@ -415,7 +415,7 @@ def export_data(session: Session, user: User) -> dict[str, Any]:
 
 
 def _iso(moment: datetime | None) -> str | None:
-    return as_utc(moment).isoformat() if moment is not None else None
+    return iso_utc(moment) if moment is not None else None
 
 
 def delete_account(session: Session, user: User, *, now: datetime) -> None:

@@ -20,6 +20,7 @@ from kuitti.webhooks.events import enqueue
 from kuitti.webhooks.payloads import ReceiptNotification, WebhookPayload
 from kuitti.webhooks.worker import deliver_due, make_client
 from kuitti.worker import run_worker
+from tests import factories
 from tests.factories import make_partner
 
 
@@ -54,20 +55,17 @@ def add_connection(
     metadata: dict[str, Any] | None = None,
     revoked: bool = False,
 ) -> Connection:
-    now = services.clock.now()
+    """``factories.add_connection`` in a unit of work of its own."""
     with services.db.session() as session:
-        connection = Connection(
-            id=uuid.uuid4(),
-            user_id=user_id,
-            partner_id=partner_id,
+        return factories.add_connection(
+            session,
+            user_id,
+            partner_id,
+            now=services.clock.now(),
             scope=scope,
-            partner_metadata=metadata,
-            created_at=now,
-            updated_at=now,
-            revoked_at=now if revoked else None,
+            metadata=metadata,
+            revoked=revoked,
         )
-        session.add(connection)
-    return connection
 
 
 def a_receipt_notification() -> ReceiptNotification:
