@@ -51,8 +51,8 @@ from kuitti.services import Services
 from kuitti.webhooks.signing import InvalidWebhookKey, webhook_headers
 from kuitti.webhooks.ssrf import TargetGuard, TargetRefused
 
-# Measured (bench/webhooks.py): httpx's connection pool slows down sharply past a few dozen
-# concurrent requests in one client, so more in flight is slower, not faster, on loopback.
+# Chosen with bench/webhooks.py when the sender used httpx, whose pool slowed down sharply past
+# a few dozen concurrent requests; not re-measured with aiohttp (docs/performance.md).
 MAX_IN_FLIGHT = 32
 MAX_IN_FLIGHT_PER_PARTNER = 8
 CLAIM_BATCH = MAX_IN_FLIGHT
