@@ -34,8 +34,7 @@ from typing import Any, assert_never
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from kuitti import locks
-from kuitti.cards import pan
+from kuitti.cards import pan, wakeups
 from kuitti.cards.notifications import deliver_match
 from kuitti.cards.rules import (
     AUTH_WINDOW,
@@ -57,7 +56,7 @@ from kuitti.cards.rules import (
     transaction_times,
 )
 from kuitti.config import Settings
-from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_SECONDS
+from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_DELAY
 from kuitti.models import Card, Receipt
 from kuitti.models.cards import (
     CardMatch,
@@ -84,42 +83,22 @@ AFTER_WINDOW = "after the auth window closed, as the only fitting card"
 # -- recording a receipt's payments ------------------------------------------------------------
 
 
-def match_receipt(
-    session: Session,
-    settings: Settings,
-    receipt: Receipt,
-    document: ReceiptDocument,
-    *,
-    now: datetime,
+def record_card_payments(
+    session: Session, receipt: Receipt, document: ReceiptDocument, *, now: datetime
 ) -> None:
-    """Record the receipt's CARD payments for matching and deliver any that match already."""
+    """Record the receipt's CARD payments, due for matching at once, in the ingest transaction.
+
+    Nothing is decided here: the worker, woken by this transaction's commit (``wakeups``),
+    matches them in batches per merchant id (``settler.settle_due_matches``), so the receipt's
+    answer never waits for card-linking and a crash after the commit loses nothing — a due
+    payment stays due until a sweep decides it."""
     payments = card_payments(document)
     if not payments:
         return
     records = [_record(receipt, document, index, payment, now) for index, payment in payments]
     session.add_all(records)
-    session.flush()
-    merchant_ids = sorted({r.merchant_id for r in records if r.merchant_id is not None})
-    for merchant_id in merchant_ids:  # sorted: two writers never take them in opposite orders
-        locks.acquire(session, "match", merchant_id)
-    with CARD_MATCHING_SECONDS.labels("receipt").time():
-        _match_records(session, settings, records, merchant_ids, now)
-
-
-def _match_records(
-    session: Session,
-    settings: Settings,
-    records: list[CardPaymentRecord],
-    merchant_ids: list[str],
-    now: datetime,
-) -> None:
-    matcher = Matcher(session, settings, now)
-    for record in records:
-        if record.status == PaymentStatus.WAITING:
-            matcher.evaluate(record)
-    matcher.run()
-    for merchant_id in merchant_ids:
-        matcher.settle_due(merchant_id)
+    if any(r.status == PaymentStatus.WAITING for r in records):
+        wakeups.announce(session)
 
 
 def _record(
@@ -147,8 +126,13 @@ def _record(
         pan_last4=shown.last4 if shown is not None else None,
         authorization_code=(attrs.authorizationCode or None) if attrs is not None else None,
         reference_number=(attrs.referenceNumber or None) if attrs is not None else None,
-        settle_at=None,
-        reason={},
+        settle_at=now,
+        reason={
+            "why": "pending",
+            "detail": "Recorded with the receipt; the matching worker decides it after the "
+            "receipt's commit.",
+            "checked_at": iso(now),
+        },
         created_at=now,
         updated_at=now,
     )
@@ -159,6 +143,7 @@ def _record(
         missing.append("maskedPAN showing the last four digits")
     if missing:
         record.status = PaymentStatus.UNMATCHABLE.value
+        record.settle_at = None
         record.reason = {
             "why": "unmatchable",
             "detail": f"The CARD payment lacks {' and '.join(missing)}, which matching needs.",
@@ -312,6 +297,8 @@ class Matcher:
 
     def _decide(self, record: CardPaymentRecord) -> None:
         record.updated_at = self.now
+        if record.reason.get("why") == "pending":
+            CARD_MATCHING_DELAY.observe((self.now - record.created_at).total_seconds())
         if record.paid_at < self.now - MATCHING_SET_LIFETIME:
             expire(record, self.now)
             return

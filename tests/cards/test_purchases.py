@@ -207,7 +207,7 @@ class TestPilotCards:
         bank = self._pilot(world)
         world.clock.set(PAID_AT)
         receipt = world.receipt()
-        # Real time: in the receipt's own transaction, with no sweep and no time passing.
+        # Real time: the matching step right after the commit, with no time passing.
         assert bank.partner.id in world.readers(receipt)  # type: ignore[attr-defined]
         match = world.explain(receipt)["card_payments"][0]["match"]
         assert match["kind"] == "masked_pan_only"
