@@ -100,7 +100,7 @@ from kuitti.models.cards import (  # noqa: E402
 from kuitti.partners.service import create_partner  # noqa: E402
 from kuitti.security import SecretBox  # noqa: E402
 from kuitti.services import Services  # noqa: E402
-from kuitti.webhooks.worker import run_worker  # noqa: E402
+from kuitti.worker import run_worker  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get(
     "KUITTI_TEST_POSTGRES_URL", "postgresql://kuitti:kuitti@127.0.0.1:5432/postgres"

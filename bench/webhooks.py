@@ -3,7 +3,7 @@ received), p50/p99, with one and two ``kuitti worker``-style processes, on SQLit
 
 Everything stays on loopback: ten partner endpoints are raw asyncio HTTP/1.1 servers in one
 subprocess (uvloop when available, so the receivers take little of the machine), the workers are
-separate processes running ``kuitti.webhooks.worker.run_worker`` exactly as ``kuitti worker``
+separate processes running ``kuitti.worker.run_worker`` exactly as ``kuitti worker``
 does, and this process writes the events through ``kuitti.webhooks.events.enqueue``.
 
 Two phases per configuration:
@@ -142,7 +142,7 @@ def worker_main(use_uvloop: bool) -> None:
     from kuitti.config import load_settings
     from kuitti.db import Database
     from kuitti.services import Services
-    from kuitti.webhooks.worker import run_worker
+    from kuitti.worker import run_worker
 
     settings = load_settings()
     db = Database(settings.resolved_database_url, pool_size=settings.db_pool_size)
@@ -240,7 +240,8 @@ def run_configuration(
     from kuitti.partners.service import create_partner
     from kuitti.security import SecretBox
     from kuitti.services import Services
-    from kuitti.webhooks.events import NotificationType, enqueue
+    from kuitti.webhooks.events import enqueue
+    from kuitti.webhooks.payloads import ReceiptNotification
 
     var_dir = Path(tempfile.mkdtemp(prefix="kuitti-bench-"))
     settings = Settings(
@@ -308,15 +309,13 @@ def run_configuration(
                 with services.db.session() as session:
                     for _ in range(min(batch, count - written)):
                         partner = partners[written % len(partners)]
+                        payload = ReceiptNotification(
+                            service_id=uuid.uuid4(), receipt_id=uuid.uuid4()
+                        )
                         delivery = enqueue(
                             session,
                             partner,
-                            NotificationType.RECEIPT,
-                            {
-                                "notification_type": "receipt_notification",
-                                "service_id": str(uuid.uuid4()),
-                                "receipt_id": str(uuid.uuid4()),
-                            },
+                            payload,
                             now=services.clock.now(),
                         )
                         assert delivery is not None

@@ -34,7 +34,7 @@ from kuitti.receipts.schema import Receipt, TokenReceiptRequest
 from kuitti.responses import ORJSONResponse
 from kuitti.services import Services
 from kuitti.users.routes import router as users_router
-from kuitti.webhooks.worker import run_worker
+from kuitti.worker import run_worker
 
 ROUTERS = (receipts_router, delivery_router, oauth_router, users_router, cards_router)
 
@@ -45,7 +45,9 @@ def create_app(
     db: Database | None = None,
     clock: Clock | None = None,
     run_worker_in_process: bool = False,
+    listening: str | None = None,
 ) -> FastAPI:
+    """The application; ``listening`` is the address ``kuitti serve`` bound, for the ready line."""
     settings = settings or load_settings()
     configure_logging(settings.log_level, json=settings.log_json)
     db = db or Database(settings.resolved_database_url, pool_size=settings.db_pool_size)
@@ -58,6 +60,12 @@ def create_app(
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
         stop = asyncio.Event()
         worker = asyncio.create_task(run_worker(services, stop)) if run_worker_in_process else None
+        log.info(
+            "kuitti is ready",
+            listening=listening or "through its ASGI server",
+            database=db.label,
+            worker="in this process" if run_worker_in_process else "not in this process",
+        )
         try:
             yield
         finally:
@@ -152,14 +160,6 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return _error_response([ErrorDetail(code, str(exc.detail))], exc.status_code)
-
-    @app.exception_handler(Exception)
-    async def crashed(_request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error", error=type(exc).__name__)
-        return _error_response(
-            [ErrorDetail("internal_error", "Something went wrong on our side; nothing was saved.")],
-            500,
-        )
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -88,6 +88,7 @@ class Database:
             self.engine = create_engine(
                 url,
                 echo=echo,
+                hide_parameters=True,  # database errors are logged; bound values may be secret
                 pool_size=pool_size,
                 max_overflow=pool_size,
                 connect_args={"check_same_thread": False, "timeout": 10},
@@ -98,6 +99,7 @@ class Database:
             self.engine = create_engine(
                 url,
                 echo=echo,
+                hide_parameters=True,  # database errors are logged; bound values may be secret
                 pool_size=pool_size,
                 max_overflow=pool_size // 2,
                 pool_pre_ping=True,
@@ -110,6 +112,11 @@ class Database:
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
+
+    @property
+    def label(self) -> str:
+        """The URL as it may be printed or logged: without its password."""
+        return self.engine.url.render_as_string(hide_password=True)
 
     @contextmanager
     def session(self, *, write: bool = True) -> Iterator[Session]:

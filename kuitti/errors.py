@@ -80,11 +80,6 @@ class Conflict(KuittiError):
     code = "conflict"
 
 
-class PayloadTooLarge(KuittiError):
-    status_code = 413
-    code = "payload_too_large"
-
-
 class UnsupportedMediaType(KuittiError):
     status_code = 415
     code = "unsupported_media_type"

@@ -1,11 +1,31 @@
-"""Structured logs: one JSON object per line, with the request id bound for the request."""
+"""Structured logs: one JSON object per line, with the request id bound for the request.
+
+Every line is JSON, uvicorn's own included (``UVICORN_LOG_CONFIG``), and no line holds a secret:
+paths that carry one are logged with it replaced (``redact_path``), query strings are never
+logged, and the database engine hides bound parameters from its errors (``kuitti.db``).
+"""
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
+from datetime import UTC, datetime
+from typing import Any
 
+import orjson
 import structlog
+
+REDACTED = "<redacted>"
+
+# Routes whose path carries a secret: a password-reset or e-mail verification token, or a
+# receipt's private link token (which shows the receipt without login).
+_SECRET_PATHS = re.compile(r"^/(password-reset|verify-email|r)/[^/]+")
+
+
+def redact_path(path: str) -> str:
+    """The path as the access log may show it."""
+    return _SECRET_PATHS.sub(lambda m: f"/{m.group(1)}/{REDACTED}", path)
 
 
 def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
@@ -24,6 +44,41 @@ def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+class JsonLogFormatter(logging.Formatter):
+    """Standard-library records (uvicorn's own) as the same one-line JSON objects as ours."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        event: dict[str, Any] = {
+            "event": record.getMessage(),
+            "logger": record.name,
+            "level": record.levelname.lower(),
+            "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(),
+        }
+        if record.exc_info:
+            event["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(event).decode()
+
+
+UVICORN_LOG_CONFIG: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "kuitti.logs.JsonLogFormatter"}},
+    "handlers": {
+        "stderr": {
+            "class": "logging.StreamHandler",
+            "formatter": "json",
+            "stream": "ext://sys.stderr",
+        }
+    },
+    "loggers": {
+        "uvicorn": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
+        "uvicorn.error": {"level": "INFO"},
+        # kuitti writes its own access line (with the request id and secrets redacted).
+        "uvicorn.access": {"handlers": [], "level": "WARNING", "propagate": False},
+    },
+}
 
 
 log = structlog.get_logger("kuitti")

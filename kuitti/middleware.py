@@ -1,4 +1,13 @@
-"""Pure ASGI middleware: request id, access log and metrics; early refusal of large bodies."""
+"""Pure ASGI middleware: request id, access log and metrics; the checks every request passes at
+the edge, before any route sees it.
+
+The edge checks (see docs/security.md):
+
+- the body, JSON or form, chunked or not, is read here up to ``KUITTI_MAX_BODY_BYTES`` and refused
+  with 413 the moment it grows past it, so no route ever holds more than the limit in memory;
+- a path with a NUL character (U+0000) is 404, a query or form value with one is 400: no database
+  stores NUL in text, and PostgreSQL fails on it.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +19,17 @@ import orjson
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kuitti.logs import log
+from kuitti.logs import log, redact_path
 from kuitti.metrics import HTTP_LATENCY, HTTP_REQUESTS
 
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+_URLENCODED_NUL = re.compile(rb"%00|\x00")
 
 
 class RequestContextMiddleware:
     """Binds a request id (the caller's ``X-Request-ID`` if sane, else a new one), logs one line
-    per request, counts it, and refuses a body whose declared length is over the limit."""
+    per request, counts it, applies the edge checks, and turns an unhandled error into one log
+    line and a 500 in the interface's error shape."""
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
         self.app = app
@@ -35,11 +46,13 @@ class RequestContextMiddleware:
         structlog.contextvars.bind_contextvars(request_id=request_id)
         started = time.perf_counter()
         status = 500
+        started_response = False
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started_response
             if message["type"] == "http.response.start":
                 status = message["status"]
+                started_response = True
                 message["headers"] = [
                     *message.get("headers", []),
                     (b"x-request-id", request_id.encode()),
@@ -47,11 +60,18 @@ class RequestContextMiddleware:
             await send(message)
 
         try:
-            declared = headers.get(b"content-length")
-            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-                await _too_large(send_with_id, self.max_body_bytes)
-            else:
-                await self.app(scope, receive, send_with_id)
+            await self._checked(scope, receive, send_with_id, headers)
+        except Exception as exc:
+            # Logged here, once, as JSON; not re-raised, or the server would log it again as
+            # plain text ("Exception in ASGI application").
+            log.exception("unhandled error", error=type(exc).__name__)
+            if not started_response:
+                await refuse(
+                    send_with_id,
+                    500,
+                    "internal_error",
+                    "Something went wrong on our side; nothing was saved.",
+                )
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("route")
@@ -61,23 +81,80 @@ class RequestContextMiddleware:
             log.info(
                 "request",
                 method=scope["method"],
-                path=scope["path"],
+                path=redact_path(scope["path"]),
                 status=status,
                 duration_ms=round(elapsed * 1000, 2),
             )
 
+    async def _checked(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]
+    ) -> None:
+        limit = self.max_body_bytes
+        too_large = f"The body is larger than the limit of {limit} bytes."
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await refuse(send, 413, "payload_too_large", too_large)
+            return
+        if "\x00" in scope["path"]:
+            await refuse(send, 404, "not_found", "No such resource, or you may not see it.")
+            return
+        if b"\x00" in scope["query_string"] or b"%00" in scope["query_string"]:
+            await refuse(send, 400, "invalid_value", "query: text may not contain U+0000.")
+            return
+        body = await _read_body(receive, limit)
+        if body is None:
+            await refuse(send, 413, "payload_too_large", too_large)
+            return
+        if _form_has_nul(headers.get(b"content-type", b""), body):
+            await refuse(send, 400, "invalid_value", "form: text may not contain U+0000.")
+            return
+        await self.app(scope, _replay(body, receive), send)
 
-async def _too_large(send: Send, limit: int) -> None:
-    body = orjson.dumps(
-        {
-            "error": "payload_too_large",
-            "decription": f"The body is larger than the limit of {limit} bytes.",
-        }
-    )
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole body, or None as soon as it passes ``limit`` (the rest is never read)."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return bytes(body)  # the client left; the route will see the disconnect
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return None
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+def _form_has_nul(content_type: bytes, body: bytes) -> bool:
+    media = content_type.split(b";")[0].strip().lower()
+    if media == b"application/x-www-form-urlencoded":
+        return _URLENCODED_NUL.search(body) is not None
+    if media == b"multipart/form-data":
+        return b"\x00" in body
+    return False
+
+
+async def refuse(send: Send, status: int, code: str, description: str) -> None:
+    """Answer with the interface's error shape without calling the app; closes the connection,
+    since an unread body may follow."""
+    body = orjson.dumps({"error": code, "decription": description})
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),

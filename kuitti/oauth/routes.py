@@ -7,20 +7,22 @@ import uuid
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
-import orjson
 from fastapi import APIRouter, Depends, Header, Request
 from sqlalchemy.orm import Session
 from starlette.datastructures import FormData
 from starlette.responses import Response
 
 from kuitti.deps import RawBody, ReadSession, ServicesDep, WriteSession
-from kuitti.errors import NotFound, Unauthorized
+from kuitti.errors import InvalidRequest, NotFound, Unauthorized
+from kuitti.inputs import parse_json
 from kuitti.metrics import OAUTH_DECISIONS, OAUTH_TOKEN_REQUESTS
 from kuitti.models import Connection, Partner, User
 from kuitti.oauth import keys
 from kuitti.oauth import service as oauth
-from kuitti.oauth.bearer import bearer_token, verify_access_token
+from kuitti.oauth.bearer import bearer_token
 from kuitti.oauth.scopes import Scope, parse_scope, scope_string
+from kuitti.oauth.tokens import verify_access_token
+from kuitti.partners.auth import ServiceApiKey
 from kuitti.partners.service import partner_by_api_key
 from kuitti.responses import ORJSONResponse
 from kuitti.security import SecretBox
@@ -154,9 +156,9 @@ def _token_fields(content_type: str, body: bytes) -> dict[str, str]:
     media = content_type.split(";")[0].strip().lower()
     if media == "application/json":
         try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise oauth.InvalidRequestError("The body is not valid JSON.") from None
+            data = parse_json(body)
+        except InvalidRequest as exc:
+            raise oauth.InvalidRequestError(f"The body is not valid JSON: {exc}") from None
         if not isinstance(data, dict) or not all(
             isinstance(v, str) for v in data.values() if v is not None
         ):
@@ -213,11 +215,8 @@ def token(
 def revoke(
     services: ServicesDep,
     session: WriteSession,
+    app_key: ServiceApiKey,
     authorization: Annotated[str | None, Header()] = None,
-    service_apikey: Annotated[
-        str | None, Header(alias="SERVICE_APIKEY", convert_underscores=False)
-    ] = None,
-    service_apikey_dashed: Annotated[str | None, Header(alias="Service-Apikey")] = None,
 ) -> dict[str, Any]:
     """Endpoint 6. Ends the connection (its ``service_id``) and with it every token; the partner
     gets no webhook for its own revoke."""
@@ -229,7 +228,6 @@ def revoke(
         connection = verify_access_token(session, services.settings, token_value, now=now)
     except Unauthorized:
         raise NotFound("No active connection has this token.") from None
-    app_key = service_apikey or service_apikey_dashed
     if app_key is not None:
         partner = partner_by_api_key(session, app_key)
         if partner is None or partner.id != connection.partner_id:
@@ -243,14 +241,13 @@ def revoke(
 
 
 @router.get("/.well-known/jwks.json", tags=["oauth"], summary="Token signing keys (JWKS)")
-def jwks(services: ServicesDep) -> ORJSONResponse:
-    with services.db.session(write=False) as session:
-        body = keys.jwks(session)
+def jwks(services: ServicesDep, session: ReadSession) -> ORJSONResponse:
+    body = keys.jwks(session)
     if not body["keys"]:
         # Publish a key before the first token is signed, so clients can cache it.
-        with services.db.session() as session:
-            keys.current_key(session, _box(services), now=services.clock.now())
-            body = keys.jwks(session)
+        with services.db.session() as write:
+            keys.current_key(write, _box(services), now=services.clock.now())
+            body = keys.jwks(write)
     return ORJSONResponse(body, headers={"Cache-Control": "public, max-age=300"})
 
 

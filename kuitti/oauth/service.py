@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from kuitti import locks, security
 from kuitti.clock import as_utc
 from kuitti.config import Settings
+from kuitti.inputs import has_nul
 from kuitti.models import AuthorizationCode, Connection, Partner, PartnerRole, User
 from kuitti.oauth import tokens
 from kuitti.oauth.scopes import Scope, parse_scope, scope_string
@@ -359,9 +360,10 @@ def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
     except (binascii.Error, UnicodeDecodeError):
         raise InvalidClientError("The Basic credentials are not readable.") from None
     client_id, sep, secret = decoded.partition(":")
-    if not sep:
+    client_id, secret = unquote(client_id.replace("+", " ")), unquote(secret.replace("+", " "))
+    if not sep or has_nul(client_id) or has_nul(secret):
         raise InvalidClientError("The Basic credentials are not readable.")
-    return unquote(client_id.replace("+", " ")), unquote(secret.replace("+", " "))
+    return client_id, secret
 
 
 def authenticate_client(

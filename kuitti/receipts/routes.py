@@ -12,13 +12,15 @@ from fastapi.responses import Response
 from kuitti.deps import Now, RawBody, ReadSession, ServicesDep
 from kuitti.errors import ErrorDetail, InvalidRequest, NotFound
 from kuitti.i18n import as_language, negotiate_locale
+from kuitti.inputs import parse_json
 from kuitti.models import Partner
 from kuitti.partners.auth import MerchantPartner, require_json
 from kuitti.receipts import service
-from kuitti.receipts.formats import DataFormat, etag, render
+from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.layout import Layout
+from kuitti.receipts.formats.rendering import etag, render
 from kuitti.receipts.readers import ReceiptReader
-from kuitti.receipts.validation import canonical_hash, parse_json, parse_receipt_request
+from kuitti.receipts.validation import canonical_hash, parse_receipt_request
 from kuitti.responses import ORJSONResponse
 
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])

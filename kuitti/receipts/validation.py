@@ -11,7 +11,7 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from kuitti.errors import ErrorDetail, InvalidRequest
+from kuitti.inputs import json_path, parse_json
 from kuitti.receipts.schema import CardPayment, Receipt
 
 MAX_TOKENS = 50
@@ -79,19 +80,6 @@ def canonical_hash(document: object) -> str:
     return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def parse_json(body: bytes) -> object:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        # orjson refuses integers beyond 64 bits, which are still JSON: let the stdlib decide.
-        try:
-            return json.loads(body)
-        except (ValueError, RecursionError):
-            raise InvalidRequest(
-                [ErrorDetail("malformed_json", f"The body is not valid UTF-8 JSON: {exc}.")]
-            ) from None
-
-
 def parse_receipt_request(body: bytes, *, attachments_enabled: bool) -> ReceiptRequest:
     """Validate a create-receipt body (either form) and return what ingest needs."""
     data = parse_json(body)
@@ -123,13 +111,6 @@ def parse_receipt_request(body: bytes, *, attachments_enabled: bool) -> ReceiptR
     if errors:
         raise InvalidRequest(errors)
     return ReceiptRequest(receipt=receipt, document=document, tokens=tokens)
-
-
-def json_path(parts: Iterable[str | int]) -> str:
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
-    return out or "$"
 
 
 def _shape_errors(

@@ -19,14 +19,20 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse
 from starlette.responses import Response
 
-from kuitti.deps import ServicesDep, WriteSession
+from kuitti.deps import Now, ReadSession, ServicesDep, WriteSession
 from kuitti.errors import KuittiError
 from kuitti.metrics import LOGINS
 from kuitti.models import User
 from kuitti.users import service as users
-from kuitti.web import check_csrf, render, secure_cookies, set_page_headers
+from kuitti.web import (
+    SESSION_COOKIE,
+    check_csrf,
+    render,
+    renew_csrf_token,
+    secure_cookies,
+    set_page_headers,
+)
 
-SESSION_COOKIE = "kuitti_session"
 DEFAULT_NEXT = "/account"
 MAX_NEXT_CHARS = 4000
 
@@ -71,12 +77,11 @@ class LoginRequired(KuittiError):
         return {"Location": login_url(self.next_path), "Cache-Control": "no-store"}
 
 
-def _current_user(request: Request, services: ServicesDep) -> User | None:
+def _current_user(request: Request, session: ReadSession, now: Now) -> User | None:
     token = request.cookies.get(SESSION_COOKIE)
     if not token:
         return None
-    with services.db.session(write=False) as session:
-        return users.user_for_session(session, token, now=services.clock.now())
+    return users.user_for_session(session, token, now=now)
 
 
 CurrentUser = Annotated[User | None, Depends(_current_user)]
@@ -217,6 +222,7 @@ def _submit(
         )
     users.end_session(session, request.cookies.get(SESSION_COOKIE))
     token = users.start_session(session, user, now=now)
+    renew_csrf_token(request, token)
     response = redirect(request, target)
     set_session_cookie(request, response, token)
     return response

@@ -14,7 +14,7 @@ One delivery goes through three steps, each usable on its own (tests call them d
    jitter), or ``failed`` after the last. A row is moved only while the lease token is still the
    one this worker set (a worker that overran its lease cannot undo another's result).
 
-``run_worker`` runs these as a pipeline: up to ``MAX_IN_FLIGHT`` calls at once, at most
+``run_webhooks`` runs these as a pipeline: up to ``MAX_IN_FLIGHT`` calls at once, at most
 ``MAX_IN_FLIGHT_PER_PARTNER`` to one partner (a slow partner cannot hold up the others), outcomes
 written in batches. It waits for work on an in-process wake-up (a commit that queued a webhook),
 PostgreSQL ``LISTEN``, or a short poll (retries falling due, other processes on SQLite).
@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import secrets
 import ssl
 import time
 import uuid
@@ -37,19 +36,18 @@ from functools import lru_cache
 
 import aiohttp
 import certifi
-from sqlalchemy import and_, bindparam, func, insert, or_, select, update
-from sqlalchemy.engine import make_url
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from kuitti import metrics
+from kuitti import metrics, outbox
 from kuitti.config import Settings
 from kuitti.logs import log
 from kuitti.models import Partner, WebhookAttempt, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
+from kuitti.outbox import Lease
 from kuitti.security import SecretBox
 from kuitti.services import Services
-from kuitti.webhooks.events import WAKE_CHANNEL, subscribe_wakeups
 from kuitti.webhooks.signing import InvalidWebhookKey, webhook_headers
 from kuitti.webhooks.ssrf import TargetGuard, TargetRefused
 
@@ -60,9 +58,7 @@ MAX_IN_FLIGHT_PER_PARTNER = 8
 CLAIM_BATCH = MAX_IN_FLIGHT
 LEASE_MARGIN_SECONDS = 30.0
 POLL_SECONDS = 0.25
-MAIL_POLL_SECONDS = 1.0
 DB_RETRY_MAX_SECONDS = 5.0
-JITTER_FRACTION = 0.10
 RESPONSE_BODY_LIMIT_BYTES = 64 * 1024
 ERROR_MAX_CHARS = 1000
 
@@ -110,23 +106,9 @@ def lease_seconds(settings: Settings) -> float:
     return settings.webhook_timeout_seconds + LEASE_MARGIN_SECONDS
 
 
-def retry_delay_seconds(settings: Settings, attempts_made: int, rng: random.Random) -> float:
-    """The wait after the ``attempts_made``-th failed attempt: the schedule's delay ±10 %."""
-    base = settings.webhook_retry_schedule[attempts_made - 1]
-    return base * (1 + rng.uniform(-JITTER_FRACTION, JITTER_FRACTION))
-
-
 @lru_cache(maxsize=4096)
 def _open_key(server_secret: str, sealed: str) -> str:
     return SecretBox(server_secret).open(sealed)
-
-
-def _due(now: datetime) -> ColumnElement[bool]:
-    return and_(
-        WebhookDelivery.status == DeliveryStatus.PENDING.value,
-        WebhookDelivery.next_attempt_at <= now,
-        or_(WebhookDelivery.lease_expires_at.is_(None), WebhookDelivery.lease_expires_at <= now),
-    )
 
 
 def _room_used(
@@ -188,7 +170,7 @@ def claim_due(
         return []
     busy = busy or {}
     now = services.clock.now()
-    due = _due(now)
+    due = outbox.due(WebhookDelivery, now)
     # A cheap read first: an idle poll never takes the (SQLite: database-wide) write lock.
     with services.db.session(write=False) as session:
         window = max(limit * 8, 256)
@@ -215,8 +197,7 @@ def claim_due(
             picked.append(delivery_id)
     if not picked:
         return []
-    token = secrets.token_hex(16)
-    lease_until = now + timedelta(seconds=lease_seconds(services.settings))
+    lease = Lease.new(now, lease_seconds(services.settings))
     query = (
         select(
             WebhookDelivery.id,
@@ -234,17 +215,12 @@ def claim_due(
         .where(WebhookDelivery.id.in_(picked), due)
         .order_by(WebhookDelivery.next_attempt_at)
     )
-    if services.db.dialect == "postgresql":
-        query = query.with_for_update(skip_locked=True, of=WebhookDelivery)
+    query = outbox.skip_locked(query, services.db.dialect, WebhookDelivery)
     with services.db.session() as session:
         leased = session.execute(query).all()
         if not leased:
             return []
-        session.execute(
-            update(WebhookDelivery)
-            .where(WebhookDelivery.id.in_([row.id for row in leased]))
-            .values(lease_expires_at=lease_until, lease_token=token)
-        )
+        outbox.take(session, WebhookDelivery, [row.id for row in leased], lease)
     secret = services.settings.resolved_secret_key
     claims: list[Claim] = []
     for row in leased:
@@ -263,7 +239,7 @@ def claim_due(
                 body=row.payload.encode(),
                 attempt_count=row.attempt_count,
                 created_at=row.created_at,
-                lease_token=token,
+                lease_token=lease.token,
             )
         )
     return claims
@@ -378,7 +354,7 @@ async def send(
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     elapsed = time.perf_counter() - started
     metrics.WEBHOOK_ATTEMPT_LATENCY.observe(elapsed)
-    return Outcome(
+    outcome = Outcome(
         claim=claim,
         at=at,
         finished_at=services.clock.now(),
@@ -386,6 +362,16 @@ async def send(
         latency_ms=round(elapsed * 1000),
         error=error[:ERROR_MAX_CHARS] if error else None,
     )
+    log.info(
+        "webhook attempt",
+        delivery_id=claim.webhook_id,
+        partner_id=str(claim.partner_id),
+        notification_type=claim.notification_type,
+        status_code=status_code,
+        latency_ms=outcome.latency_ms,
+        error=outcome.error,
+    )
+    return outcome
 
 
 async def _drain(response: aiohttp.ClientResponse) -> None:
@@ -400,17 +386,13 @@ async def _drain(response: aiohttp.ClientResponse) -> None:
 
 _UPDATE_DELIVERY = (
     update(WebhookDelivery)
-    .where(
-        WebhookDelivery.id == bindparam("b_id"),
-        WebhookDelivery.lease_token == bindparam("b_token"),
-    )
+    .where(outbox.held_by(WebhookDelivery, bindparam("b_id"), bindparam("b_token")))
     .values(
         status=bindparam("b_status"),
         attempt_count=bindparam("b_attempts"),
         next_attempt_at=bindparam("b_next"),
         delivered_at=bindparam("b_delivered"),
-        lease_expires_at=None,
-        lease_token=None,
+        **outbox.RELEASED,
     )
 )
 
@@ -423,7 +405,6 @@ def record_outcomes(
         return
     settings = services.settings
     rng = rng or random.Random()  # jitter, not a secret
-    schedule_length = len(settings.webhook_retry_schedule)
     updates: list[dict[str, object]] = []
     attempts: list[dict[str, object]] = []
     tally: list[tuple[str, Outcome]] = []
@@ -432,10 +413,10 @@ def record_outcomes(
         made = claim.attempt_count + 1
         if outcome.ok:
             status, next_at, delivered = DeliveryStatus.DELIVERED, outcome.finished_at, outcome.at
-        elif made > schedule_length:
+        elif outbox.gives_up(settings, made):
             status, next_at, delivered = DeliveryStatus.FAILED, outcome.finished_at, None
         else:
-            delay = retry_delay_seconds(settings, made, rng)
+            delay = outbox.retry_delay_seconds(settings, made, rng)
             status = DeliveryStatus.PENDING
             next_at, delivered = outcome.finished_at + timedelta(seconds=delay), None
         updates.append(
@@ -593,13 +574,17 @@ async def _wait_any(events: Iterable[asyncio.Event], timeout_seconds: float) -> 
             waiter.cancel()
 
 
-async def _webhook_loop(
+async def run_webhooks(
     services: Services,
     stop: asyncio.Event,
     wake: asyncio.Event,
-    wall_time: WallTime,
-    poll_seconds: float,
+    *,
+    wall_time: WallTime = time.time,
+    poll_seconds: float = POLL_SECONDS,
 ) -> None:
+    """Send webhooks until ``stop`` is set: look for due rows when ``wake`` is set (a commit
+    that queued one), when a call finishes, or every ``poll_seconds`` (retries falling due,
+    events queued by another process without PostgreSQL's NOTIFY)."""
     backoff = 0.0
     async with make_client(services.settings) as client:
         pipeline = Pipeline(services, client, wall_time=wall_time)
@@ -627,73 +612,3 @@ async def _webhook_loop(
                 await _wait_any([stop, wake, pipeline.progress], poll_seconds)
         finally:
             await pipeline.drain(services.settings.webhook_timeout_seconds)
-
-
-async def _mail_loop(services: Services, stop: asyncio.Event) -> None:
-    from kuitti.delivery.mail import send_due_mail
-
-    while not stop.is_set():
-        try:
-            await asyncio.to_thread(send_due_mail, services)
-        except Exception as exc:  # SMTP or database trouble: the next round retries
-            log.warning("mail worker round failed", error=f"{type(exc).__name__}: {exc}"[:300])
-        await _wait_any([stop], MAIL_POLL_SECONDS)
-
-
-async def _listen_postgres(services: Services, wake: asyncio.Event) -> None:
-    """Wake on ``NOTIFY kuitti_webhooks`` from any process; reconnect when the database
-    returns. Polling still covers the gaps."""
-    import psycopg
-
-    url = make_url(services.db.url).set(drivername="postgresql")
-    dsn = url.render_as_string(hide_password=False)
-    while True:
-        try:
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-                await conn.execute(f"LISTEN {WAKE_CHANNEL}")
-                wake.set()  # catch up with anything queued while we were not listening
-                async for _ in conn.notifies():
-                    wake.set()
-        except (psycopg.Error, OSError) as exc:
-            log.info("webhook LISTEN connection lost", error=str(exc)[:200])
-            await asyncio.sleep(1.0)
-
-
-async def run_worker(
-    services: Services,
-    stop: asyncio.Event,
-    *,
-    mail: bool = True,
-    settle: bool = True,
-    wall_time: WallTime = time.time,
-    poll_seconds: float = POLL_SECONDS,
-) -> None:
-    """Run until ``stop`` is set: webhooks, e-mail (``send_due_mail`` in a thread) and the
-    card-linking re-check (``kuitti.cards.settler.run_settler``) side by side.
-
-    ``poll_seconds`` bounds how long a retry that fell due, or an event queued by another
-    process without PostgreSQL's NOTIFY (SQLite), waits to be noticed."""
-    loop = asyncio.get_running_loop()
-    wake = asyncio.Event()
-
-    def wake_from_any_thread() -> None:
-        with contextlib.suppress(RuntimeError):  # the loop has closed
-            loop.call_soon_threadsafe(wake.set)
-
-    unsubscribe = subscribe_wakeups(wake_from_any_thread)
-    helpers: list[asyncio.Task[None]] = []
-    if services.db.dialect == "postgresql":
-        helpers.append(asyncio.create_task(_listen_postgres(services, wake)))
-    if mail:
-        helpers.append(asyncio.create_task(_mail_loop(services, stop)))
-    if settle:
-        from kuitti.cards.settler import run_settler
-
-        helpers.append(asyncio.create_task(run_settler(services, stop)))
-    try:
-        await _webhook_loop(services, stop, wake, wall_time, poll_seconds)
-    finally:
-        unsubscribe()
-        for task in helpers:
-            task.cancel()
-        await asyncio.gather(*helpers, return_exceptions=True)

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.orm import Session
 
 from kuitti.errors import Unauthorized
 from kuitti.partners.auth import api_key_from_header, authenticate_partner
@@ -47,18 +48,36 @@ def test_key_from_header(header: str | None, key: str | None) -> None:
 
 def test_a_known_key_is_looked_up_once(services: Services) -> None:
     merchant = make_partner(services)
-    first = authenticate_partner(services, f"Token {merchant.api_key}")
-    with counted_statements(services) as statements:
-        again = authenticate_partner(services, f"Token {merchant.api_key}")
+    with services.db.session(write=False) as session:
+        first = authenticate_partner(services, session, f"Token {merchant.api_key}")
+    with counted_statements(services) as statements, services.db.session(write=False) as session:
+        again = authenticate_partner(services, session, f"Token {merchant.api_key}")
     assert again.id == first.id == merchant.partner.id
     assert statements == []
 
 
 def test_a_wrong_key_always_asks_the_database(services: Services) -> None:
     for _ in range(2):
-        with counted_statements(services) as statements, pytest.raises(Unauthorized):
-            authenticate_partner(services, "Token kt_wrong")
+        with (
+            counted_statements(services) as statements,
+            services.db.session(write=False) as session,
+            pytest.raises(Unauthorized),
+        ):
+            authenticate_partner(services, session, "Token kt_wrong")
         assert any("FROM partners" in s for s in statements)
+
+
+def test_a_refused_request_leaves_the_cached_partner_whole(services: Services) -> None:
+    """The partner is read through the request's session, which rolls back when the request
+    is refused; the cached copy (used by the next requests) must not expire with it."""
+    merchant = make_partner(services, namespaces=["kauppa"])
+    with Session(services.db.engine, expire_on_commit=False) as session:
+        authenticate_partner(services, session, f"Token {merchant.api_key}")
+        session.rollback()  # what the request's session does when the route refuses
+    with services.db.session(write=False) as session:
+        cached = authenticate_partner(services, session, f"Token {merchant.api_key}")
+    assert cached.name == merchant.partner.name
+    assert cached.namespace_names == ["kauppa"]
 
 
 def test_entries_expire_and_the_cache_is_bounded() -> None:

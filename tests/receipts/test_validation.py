@@ -495,7 +495,8 @@ class TestArithmetic:
         parse_receipt_request(orjson.dumps(doc), attachments_enabled=True)
 
 
-def test_big_integers_are_type_checked_not_crashing() -> None:
+def test_big_integers_are_refused_where_they_are() -> None:
+    """An integer outside the signed 64-bit range could not be stored as posted."""
     doc = receipt_doc()
     raw = orjson.dumps(doc).replace(
         f'"totalVATAmount":{doc["totalVATAmount"]}'.encode(), b'"totalVATAmount":' + b"9" * 40
@@ -505,5 +506,5 @@ def test_big_integers_are_type_checked_not_crashing() -> None:
     details = [e.as_json() for e in caught.value.details()]
     assert {
         "error": "invalid_value",
-        "decription": "totalVATAmount: the integer is out of range.",
+        "decription": "totalVATAmount: integer outside the signed 64-bit range.",
     } in details
