@@ -85,6 +85,7 @@ sys.path.insert(0, str(ROOT))
 from kuitti.app import create_app  # noqa: E402
 from kuitti.cards.service import check_card_request, enroll_card  # noqa: E402
 from kuitti.cards.settler import settle_due_matches  # noqa: E402
+from kuitti.cards.wakeups import MATCH_CHANNEL  # noqa: E402
 from kuitti.clock import FrozenClock  # noqa: E402
 from kuitti.config import Settings  # noqa: E402
 from kuitti.db import Database  # noqa: E402
@@ -824,6 +825,7 @@ def run_pilot(args: argparse.Namespace, services: Services, clock: FrozenClock, 
     finally:
         worker()
         receiver.shutdown()
+    slow = [f"#{n}: {ms / 1000:.1f} s" for n, ms in enumerate(latency_ms) if ms > 1000]
     where = "a kuitti worker process" if args.worker_process else "the worker in this process"
     print(f"pilot receipts: {args.pilot}, matched and sent by {where}")
     print(
@@ -834,6 +836,7 @@ def run_pilot(args: argparse.Namespace, services: Services, clock: FrozenClock, 
         f"  answer → bank's webhook         p50 {statistics.median(latency_ms):7.1f} ms   "
         f"p99 {percentile(latency_ms, 0.99):7.1f} ms   max {max(latency_ms):7.1f} ms"
     )
+    print(f"  over a second: {len(slow)} ({', '.join(slow) or 'none'})")
     count, mean, p99_bound = matching_stats("worker", {})
     print(
         f"  matching steps: {count:,}, mean {mean * 1000:.2f} ms, p99 ≤ {p99_bound * 1000:.1f} ms"
@@ -853,6 +856,17 @@ def start_worker(args: argparse.Namespace, services: Services) -> Callable[[], N
             KUITTI_LOG_LEVEL="WARNING",
         )
         process = subprocess.Popen([str(ROOT / ".venv/bin/kuitti"), "worker"], env=env)
+        # Start timing once it listens: a loaded machine takes many seconds to import it.
+        listening = text("SELECT count(*) FROM pg_stat_activity WHERE query = :q")
+        deadline = time.monotonic() + 180
+        while True:
+            with services.db.session(write=False) as session:
+                query = f"LISTEN {MATCH_CHANNEL}"
+                if session.scalar(listening, {"q": query}):
+                    break
+            assert process.poll() is None, "the worker process ended"
+            assert time.monotonic() < deadline, "the worker process did not start listening"
+            time.sleep(0.1)  # polling a starting process, not timing a result
 
         def stop_process() -> None:
             process.send_signal(signal.SIGTERM)
@@ -1073,6 +1087,8 @@ def main() -> None:
     )
     parser.add_argument("--scale-receipts", type=int, default=300)
     args = parser.parse_args()
+    if args.worker_process and args.database != "postgresql":
+        parser.error("--worker-process needs --database postgresql (SQLite has no NOTIFY)")
     if args.quick:
         args.cards, args.purchases, args.merchants = 10_000, 1_500, 80
         args.scale_points = [10_000, 100_000]
