@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, assert_never
 
-from sqlalchemy import or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import Session, aliased
 
 from kuitti.cards import pan, wakeups
 from kuitti.cards.notifications import deliver_match
@@ -204,10 +204,18 @@ class Matcher:
             )
         found: list[Fit] = []
         for amount, kind, earliest, latest in wanted:
+            anchor = aliased(CardTransaction)  # the purchase's auth, if it has one
             query = (
-                select(CardTransaction, CardPurchase, Card)
+                select(CardTransaction, CardPurchase, Card, anchor.occurred_at)
                 .join(CardPurchase, CardPurchase.id == CardTransaction.purchase_id)
                 .join(Card, Card.id == CardTransaction.card_id)
+                .outerjoin(
+                    anchor,
+                    and_(
+                        anchor.purchase_id == CardPurchase.id,
+                        anchor.transaction_type == TransactionType.AUTH.value,
+                    ),
+                )
                 .where(
                     CardTransaction.merchant_id == record.merchant_id,
                     CardTransaction.amount == amount,
@@ -236,8 +244,8 @@ class Matcher:
                         CardPurchase.reference_number == record.reference_number,
                     )
                 )
-            for txn, purchase, card in self.session.execute(query).all():
-                result = fit(record, card, purchase, txn)
+            for txn, purchase, card, auth_at in self.session.execute(query).all():
+                result = fit(record, card, purchase, txn, auth_at=auth_at)
                 if result is not None:
                     found.append(result)
         found.extend(self._pilot_fits(record))
@@ -277,6 +285,15 @@ class Matcher:
             for record in self.session.scalars(query):
                 found[record.id] = record
         return list(found.values())
+
+    def auth_time(self, purchase_id: uuid.UUID) -> datetime | None:
+        """The time of the purchase's auth (None: the issuer sent only a clearing)."""
+        return self.session.scalar(
+            select(CardTransaction.occurred_at).where(
+                CardTransaction.purchase_id == purchase_id,
+                CardTransaction.transaction_type == TransactionType.AUTH.value,
+            )
+        )
 
     def purchase_transactions(self, purchase_id: uuid.UUID) -> list[CardTransaction]:
         return list(
@@ -402,7 +419,8 @@ class Matcher:
             expanded.add(purchase.id)
             for txn in self.purchase_transactions(purchase.id):
                 for other in self.waiting_for(txn):
-                    if other.id in fits_of or fit(other, item.card, purchase, txn) is None:
+                    anchored = self.auth_time(purchase.id)
+                    if other.id in fits_of or not fit(other, item.card, purchase, txn, anchored):
                         continue
                     claimants[other.id] = other
                     fits_of[other.id] = [f for f in self.fits(other) if f.purchase]
