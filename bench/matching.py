@@ -31,6 +31,16 @@ The world (assumptions written out in docs/matching.md, "Benchmark"):
     .venv/bin/python bench/matching.py --scale          # also: cost at 10k vs 1M transactions
     .venv/bin/python bench/matching.py --database postgresql
     .venv/bin/python bench/matching.py --harsh          # far more receipts without codes
+    .venv/bin/python bench/matching.py --pilot 200 --database postgresql --worker-process
+                            # pilot receipts: from the POST's answer to the bank's webhook
+
+The receipts are matched after their commit by the matching worker's step; the benchmark runs
+that step after each receipt (as a worker woken by the commit does) and every 30 simulated
+seconds (the sweep). ``--pilot N`` instead measures real time with a real worker: N pilot
+receipts posted one after another, each timed from the POST's answer to the arrival of its
+``full_receipt_notification`` at a webhook receiver on loopback — the worker in this process
+(woken at the commit), or with ``--worker-process`` a ``kuitti worker`` process (woken by
+PostgreSQL's NOTIFY, or on SQLite by its 30 s sweep).
 
 Precision and recall are also printed per category of payment: fuel, tips, refunds, split
 tender, regulars (the daily coffee), other purchases, and strangers whose masked PAN collides
@@ -40,21 +50,29 @@ with an enrolled card's (any match of theirs is wrong).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
+import json
+import operator
 import os
 import random
 import secrets
+import signal
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import psycopg
@@ -65,7 +83,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kuitti.app import create_app  # noqa: E402
+from kuitti.cards.service import check_card_request, enroll_card  # noqa: E402
 from kuitti.cards.settler import settle_due_matches  # noqa: E402
+from kuitti.cards.wakeups import MATCH_CHANNEL  # noqa: E402
 from kuitti.clock import FrozenClock  # noqa: E402
 from kuitti.config import Settings  # noqa: E402
 from kuitti.db import Database  # noqa: E402
@@ -81,6 +101,7 @@ from kuitti.models.cards import (  # noqa: E402
 from kuitti.partners.service import create_partner  # noqa: E402
 from kuitti.security import SecretBox  # noqa: E402
 from kuitti.services import Services  # noqa: E402
+from kuitti.worker import run_worker  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get(
     "KUITTI_TEST_POSTGRES_URL", "postgresql://kuitti:kuitti@127.0.0.1:5432/postgres"
@@ -582,6 +603,7 @@ def run_world(args: argparse.Namespace, services: Services, clock: FrozenClock, 
                 )
                 assert answer.status_code == 200, answer.text
                 receipt_of[answer.json()["receipt_id"]] = event.purchase
+                settle_due_matches(services, expire=False)  # the worker, woken by the commit
             else:
                 assert event.payment is not None
                 body = transaction_body(rng, world, event, skews[id(event.payment)])
@@ -686,7 +708,7 @@ def report(
         if values:
             p50, p99 = statistics.median(values), percentile(values, 0.99)
             print(f"  HTTP POST {kind:<8} p50 {p50:6.1f} ms   p99 {p99:6.1f} ms")
-    for trigger in ("receipt", "transaction", "settle"):
+    for trigger in ("worker", "transaction"):
         count, mean, p99_bound = matching_stats(trigger, {})
         if count:
             print(
@@ -724,6 +746,154 @@ def matching_stats(trigger: str, before: dict[str, float]) -> tuple[int, float, 
             bound = float(key[3:])
             break
     return int(count), mean, bound
+
+
+# -- pilot receipts in real time ---------------------------------------------------------------
+
+
+class Arrivals(BaseHTTPRequestHandler):
+    """A pilot bank's webhook receiver: notes when each receipt's notification arrived."""
+
+    seen: ClassVar[dict[str, float]] = {}
+    changed = threading.Condition()
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length", "0")))
+        arrived = time.perf_counter()
+        self.send_response(200)
+        self.end_headers()
+        receipt_id = json.loads(body).get("receipt_id")
+        with self.changed:
+            self.seen[receipt_id] = arrived
+            self.changed.notify_all()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def run_pilot(args: argparse.Namespace, services: Services, clock: FrozenClock, url: str) -> None:
+    """``args.pilot`` pilot receipts, each timed from the POST's answer to its webhook."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    clock.set(now)  # a worker process keeps the real time
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), Arrivals)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    box = SecretBox(services.settings.resolved_secret_key)
+    with services.db.session() as session:
+        bank = create_partner(
+            session,
+            box,
+            name="Pilot Bank",
+            roles=[PartnerRole.BANK_PILOT],
+            now=now,
+            webhook_url=f"http://127.0.0.1:{receiver.server_port}/hook",
+            allow_insecure_webhooks=True,
+        )
+        merchant = create_partner(
+            session, box, name="Pilot PSP", roles=[PartnerRole.MERCHANT], now=now
+        )
+        for n in range(args.pilot):
+            request = check_card_request(f"pilot-{n}", f"601100******{n:04d}", "2029-12", None)
+            enroll_card(session, bank.partner, request, now=now, pilot=True)
+    worker = start_worker(args, services)
+    answer_ms: list[float] = []
+    latency_ms: list[float] = []
+    try:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for n in range(args.pilot):
+                shopper = Shopper("601100", f"{n:04d}", None, 0)
+                payment = Payment(shopper, 500 + n, now, code(random.Random(n)), "0")
+                payment.show_code = payment.show_reference = False
+                body = receipt_body(
+                    Purchase(Merchant("Pilot", "MIDPILOT", "grocer", 1), [payment]), n
+                )
+                t0 = time.perf_counter()
+                answer = client.post(
+                    "/api/v1/receipts/",
+                    json=body,
+                    headers={"Authorization": f"Token {merchant.api_key}"},
+                )
+                answered = time.perf_counter()
+                assert answer.status_code == 200, answer.text
+                receipt_id = answer.json()["receipt_id"]
+                with Arrivals.changed:
+                    arrived = Arrivals.changed.wait_for(
+                        partial(operator.contains, Arrivals.seen, receipt_id), timeout=60
+                    )
+                assert arrived, f"no full_receipt_notification for receipt {n} within 60 s"
+                answer_ms.append((answered - t0) * 1000)
+                latency_ms.append((Arrivals.seen[receipt_id] - answered) * 1000)
+    finally:
+        worker()
+        receiver.shutdown()
+    slow = [f"#{n}: {ms / 1000:.1f} s" for n, ms in enumerate(latency_ms) if ms > 1000]
+    where = "a kuitti worker process" if args.worker_process else "the worker in this process"
+    print(f"pilot receipts: {args.pilot}, matched and sent by {where}")
+    print(
+        f"  POST /api/v1/receipts/ answer   p50 {statistics.median(answer_ms):7.1f} ms   "
+        f"p99 {percentile(answer_ms, 0.99):7.1f} ms"
+    )
+    print(
+        f"  answer → bank's webhook         p50 {statistics.median(latency_ms):7.1f} ms   "
+        f"p99 {percentile(latency_ms, 0.99):7.1f} ms   max {max(latency_ms):7.1f} ms"
+    )
+    print(f"  over a second: {len(slow)} ({', '.join(slow) or 'none'})")
+    count, mean, p99_bound = matching_stats("worker", {})
+    print(
+        f"  matching steps: {count:,}, mean {mean * 1000:.2f} ms, p99 ≤ {p99_bound * 1000:.1f} ms"
+    )
+
+
+def start_worker(args: argparse.Namespace, services: Services) -> Callable[[], None]:
+    """The worker (webhooks, mail, matching) in a thread of this process, or as a ``kuitti
+    worker`` process; returns the function that stops it."""
+    if args.worker_process:
+        env = dict(
+            os.environ,
+            KUITTI_DATABASE_URL=services.settings.resolved_database_url,
+            KUITTI_SECRET_KEY=services.settings.resolved_secret_key,
+            KUITTI_VAR_DIR=str(services.settings.var_dir),
+            KUITTI_WEBHOOK_ALLOW_INSECURE="true",
+            KUITTI_LOG_LEVEL="WARNING",
+        )
+        process = subprocess.Popen([str(ROOT / ".venv/bin/kuitti"), "worker"], env=env)
+        # Start timing once it listens: a loaded machine takes many seconds to import it.
+        listening = text("SELECT count(*) FROM pg_stat_activity WHERE query = :q")
+        deadline = time.monotonic() + 180
+        while True:
+            with services.db.session(write=False) as session:
+                query = f"LISTEN {MATCH_CHANNEL}"
+                if session.scalar(listening, {"q": query}):
+                    break
+            assert process.poll() is None, "the worker process ended"
+            assert time.monotonic() < deadline, "the worker process did not start listening"
+            time.sleep(0.1)  # polling a starting process, not timing a result
+
+        def stop_process() -> None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+
+        return stop_process
+    stop_event = threading.Event()
+    loop_ready = threading.Event()
+    state: dict[str, Any] = {}
+
+    def run() -> None:
+        async def main() -> None:
+            state["loop"], state["stop"] = asyncio.get_running_loop(), asyncio.Event()
+            loop_ready.set()
+            await run_worker(services, state["stop"])
+
+        asyncio.run(main())
+        stop_event.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    loop_ready.wait(10)
+
+    def stop_thread() -> None:
+        state["loop"].call_soon_threadsafe(state["stop"].set)
+        stop_event.wait(30)
+
+    return stop_thread
 
 
 # -- cost per receipt at 10k vs 1M stored transactions -----------------------------------------
@@ -909,8 +1079,16 @@ def main() -> None:
         "collide constantly)",
     )
     parser.add_argument("--scale", action="store_true", help="also measure 10k vs 1M transactions")
+    parser.add_argument(
+        "--pilot", type=int, default=0, help="only: N pilot receipts timed to the bank's webhook"
+    )
+    parser.add_argument(
+        "--worker-process", action="store_true", help="with --pilot: a separate worker process"
+    )
     parser.add_argument("--scale-receipts", type=int, default=300)
     args = parser.parse_args()
+    if args.worker_process and args.database != "postgresql":
+        parser.error("--worker-process needs --database postgresql (SQLite has no NOTIFY)")
     if args.quick:
         args.cards, args.purchases, args.merchants = 10_000, 1_500, 80
         args.scale_points = [10_000, 100_000]
@@ -922,6 +1100,9 @@ def main() -> None:
         try:
             with Server(services) as server:
                 print(f"database: {services.db.dialect}")
+                if args.pilot:
+                    run_pilot(args, services, clock, server.url)
+                    return
                 run_world(args, services, clock, server.url)
                 if args.scale:
                     run_scale(args, services, clock, server.url)

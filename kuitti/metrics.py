@@ -64,9 +64,16 @@ LINK_RATE_LIMITED = Counter(
 # Card-linking (kuitti/cards/)
 CARD_MATCHING_SECONDS = Histogram(
     "kuitti_card_matching_seconds",
-    "Time spent deciding card-linking matches, by what triggered it",
+    "Time spent deciding card-linking matches, by what triggered it (worker: a batch of one "
+    "merchant id's due payments — new receipts and closed auth windows; transaction: an "
+    "issuer's transaction in its own request)",
     ["trigger"],
     buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25),
+)
+CARD_MATCHING_DELAY = Histogram(
+    "kuitti_card_matching_delay_seconds",
+    "From a receipt's commit to the matching worker's first decision on its card payment",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
 )
 CARD_MATCHES = Counter(
     "kuitti_card_matches_total",

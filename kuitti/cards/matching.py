@@ -31,11 +31,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, assert_never
 
-from sqlalchemy import or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import Session, aliased
 
-from kuitti import locks
-from kuitti.cards import pan
+from kuitti.cards import pan, wakeups
 from kuitti.cards.notifications import deliver_match
 from kuitti.cards.rules import (
     AUTH_WINDOW,
@@ -57,7 +56,7 @@ from kuitti.cards.rules import (
     transaction_times,
 )
 from kuitti.config import Settings
-from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_SECONDS
+from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_DELAY
 from kuitti.models import Card, Receipt
 from kuitti.models.cards import (
     CardMatch,
@@ -84,42 +83,22 @@ AFTER_WINDOW = "after the auth window closed, as the only fitting card"
 # -- recording a receipt's payments ------------------------------------------------------------
 
 
-def match_receipt(
-    session: Session,
-    settings: Settings,
-    receipt: Receipt,
-    document: ReceiptDocument,
-    *,
-    now: datetime,
+def record_card_payments(
+    session: Session, receipt: Receipt, document: ReceiptDocument, *, now: datetime
 ) -> None:
-    """Record the receipt's CARD payments for matching and deliver any that match already."""
+    """Record the receipt's CARD payments, due for matching at once, in the ingest transaction.
+
+    Nothing is decided here: the worker, woken by this transaction's commit (``wakeups``),
+    matches them in batches per merchant id (``settler.settle_due_matches``), so the receipt's
+    answer never waits for card-linking and a crash after the commit loses nothing — a due
+    payment stays due until a sweep decides it."""
     payments = card_payments(document)
     if not payments:
         return
     records = [_record(receipt, document, index, payment, now) for index, payment in payments]
     session.add_all(records)
-    session.flush()
-    merchant_ids = sorted({r.merchant_id for r in records if r.merchant_id is not None})
-    for merchant_id in merchant_ids:  # sorted: two writers never take them in opposite orders
-        locks.acquire(session, "match", merchant_id)
-    with CARD_MATCHING_SECONDS.labels("receipt").time():
-        _match_records(session, settings, records, merchant_ids, now)
-
-
-def _match_records(
-    session: Session,
-    settings: Settings,
-    records: list[CardPaymentRecord],
-    merchant_ids: list[str],
-    now: datetime,
-) -> None:
-    matcher = Matcher(session, settings, now)
-    for record in records:
-        if record.status == PaymentStatus.WAITING:
-            matcher.evaluate(record)
-    matcher.run()
-    for merchant_id in merchant_ids:
-        matcher.settle_due(merchant_id)
+    if any(r.status == PaymentStatus.WAITING for r in records):
+        wakeups.announce(session)
 
 
 def _record(
@@ -147,8 +126,13 @@ def _record(
         pan_last4=shown.last4 if shown is not None else None,
         authorization_code=(attrs.authorizationCode or None) if attrs is not None else None,
         reference_number=(attrs.referenceNumber or None) if attrs is not None else None,
-        settle_at=None,
-        reason={},
+        settle_at=now,
+        reason={
+            "why": "pending",
+            "detail": "Recorded with the receipt; the matching worker decides it after the "
+            "receipt's commit.",
+            "checked_at": iso(now),
+        },
         created_at=now,
         updated_at=now,
     )
@@ -159,6 +143,7 @@ def _record(
         missing.append("maskedPAN showing the last four digits")
     if missing:
         record.status = PaymentStatus.UNMATCHABLE.value
+        record.settle_at = None
         record.reason = {
             "why": "unmatchable",
             "detail": f"The CARD payment lacks {' and '.join(missing)}, which matching needs.",
@@ -219,10 +204,18 @@ class Matcher:
             )
         found: list[Fit] = []
         for amount, kind, earliest, latest in wanted:
+            anchor = aliased(CardTransaction)  # the purchase's auth, if it has one
             query = (
-                select(CardTransaction, CardPurchase, Card)
+                select(CardTransaction, CardPurchase, Card, anchor.occurred_at)
                 .join(CardPurchase, CardPurchase.id == CardTransaction.purchase_id)
                 .join(Card, Card.id == CardTransaction.card_id)
+                .outerjoin(
+                    anchor,
+                    and_(
+                        anchor.purchase_id == CardPurchase.id,
+                        anchor.transaction_type == TransactionType.AUTH.value,
+                    ),
+                )
                 .where(
                     CardTransaction.merchant_id == record.merchant_id,
                     CardTransaction.amount == amount,
@@ -251,8 +244,8 @@ class Matcher:
                         CardPurchase.reference_number == record.reference_number,
                     )
                 )
-            for txn, purchase, card in self.session.execute(query).all():
-                result = fit(record, card, purchase, txn)
+            for txn, purchase, card, auth_at in self.session.execute(query).all():
+                result = fit(record, card, purchase, txn, auth_at=auth_at)
                 if result is not None:
                     found.append(result)
         found.extend(self._pilot_fits(record))
@@ -293,6 +286,15 @@ class Matcher:
                 found[record.id] = record
         return list(found.values())
 
+    def auth_time(self, purchase_id: uuid.UUID) -> datetime | None:
+        """The time of the purchase's auth (None: the issuer sent only a clearing)."""
+        return self.session.scalar(
+            select(CardTransaction.occurred_at).where(
+                CardTransaction.purchase_id == purchase_id,
+                CardTransaction.transaction_type == TransactionType.AUTH.value,
+            )
+        )
+
     def purchase_transactions(self, purchase_id: uuid.UUID) -> list[CardTransaction]:
         return list(
             self.session.scalars(
@@ -312,6 +314,8 @@ class Matcher:
 
     def _decide(self, record: CardPaymentRecord) -> None:
         record.updated_at = self.now
+        if record.reason.get("why") == "pending":
+            CARD_MATCHING_DELAY.observe((self.now - record.created_at).total_seconds())
         if record.paid_at < self.now - MATCHING_SET_LIFETIME:
             expire(record, self.now)
             return
@@ -415,7 +419,8 @@ class Matcher:
             expanded.add(purchase.id)
             for txn in self.purchase_transactions(purchase.id):
                 for other in self.waiting_for(txn):
-                    if other.id in fits_of or fit(other, item.card, purchase, txn) is None:
+                    anchored = self.auth_time(purchase.id)
+                    if other.id in fits_of or not fit(other, item.card, purchase, txn, anchored):
                         continue
                     claimants[other.id] = other
                     fits_of[other.id] = [f for f in self.fits(other) if f.purchase]

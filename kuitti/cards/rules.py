@@ -94,9 +94,18 @@ def shown_pan(record: CardPaymentRecord) -> pan.MaskedPan | None:
 
 
 def fit(
-    record: CardPaymentRecord, card: Card, purchase: CardPurchase, txn: CardTransaction
+    record: CardPaymentRecord,
+    card: Card,
+    purchase: CardPurchase,
+    txn: CardTransaction,
+    auth_at: datetime | None = None,
 ) -> Fit | None:
-    """Whether the payment fits this transaction of this purchase, and on which keys."""
+    """Whether the payment fits this transaction of this purchase, and on which keys.
+
+    ``auth_at``: the time of the purchase's auth, when it has one. It anchors the purchase in
+    time: a payment that fits only the purchase's clearing (a tip, fuel, a code-less receipt)
+    must still lie within the auth window of the auth. Without it, a stranger's receipt from
+    days before could take a clearing whose own receipt is still on its way."""
     if card.deleted_at is not None or txn.merchant_id != record.merchant_id:
         return None
     if txn.currency != record.currency:
@@ -111,6 +120,8 @@ def fit(
     else:
         return None
     if not in_window(txn.transaction_type, record.paid_at, txn.occurred_at):
+        return None
+    if auth_at is not None and not in_window(TransactionType.AUTH, record.paid_at, auth_at):
         return None
     keys.append("time")
     shown = shown_pan(record)

@@ -1,15 +1,22 @@
-"""The deferred re-check: payments whose auth window has closed are decided, and what left the
-matching set expires. Run by the worker's loop (``run_settler``) and by ``kuitti card settle``;
-each arrival also settles its own merchant id's due payments."""
+"""The matching worker's step: decide the CARD payments that are due — receipts just committed
+(recorded due at once by ``matching.record_card_payments``) and weak fits whose auth window has
+closed — in batches per merchant id, and expire what left the matching set.
+
+``run_settler`` is the loop the worker runs: woken at once by a commit that recorded payments
+(in this process by ``wakeups``, from other processes by PostgreSQL's ``NOTIFY``), and every
+``SETTLE_INTERVAL_SECONDS`` regardless. ``kuitti card settle`` runs one step by hand."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
-from sqlalchemy import select
+import psycopg
+from sqlalchemy import make_url, select
 
 from kuitti import locks
+from kuitti.cards import wakeups
 from kuitti.cards.matching import SETTLE_BATCH, Matcher, expire_unmatched
 from kuitti.logs import log
 from kuitti.metrics import CARD_MATCHING_SECONDS
@@ -19,9 +26,11 @@ from kuitti.services import Services
 SETTLE_INTERVAL_SECONDS = 30.0
 
 
-def settle_due_matches(services: Services, *, limit: int = SETTLE_BATCH) -> int:
-    """Decide payments whose auth window has closed, one merchant id per unit of work (under its
-    lock), then expire what left the matching set. Returns how many payments were decided or
+def settle_due_matches(
+    services: Services, *, limit: int = SETTLE_BATCH, expire: bool = True
+) -> int:
+    """Decide the due payments, one merchant id per unit of work (under its lock), then (with
+    ``expire``) expire what left the matching set. Returns how many payments were decided or
     expired (call again while it returns nonzero to drain a backlog)."""
     now = services.clock.now()
     with services.db.session(write=False) as session:
@@ -37,21 +46,68 @@ def settle_due_matches(services: Services, *, limit: int = SETTLE_BATCH) -> int:
     merchant_ids = list(dict.fromkeys(m for m in rows if m is not None))
     total = 0
     for merchant_id in merchant_ids:
-        with services.db.session() as session, CARD_MATCHING_SECONDS.labels("settle").time():
+        with services.db.session() as session, CARD_MATCHING_SECONDS.labels("worker").time():
             locks.acquire(session, "match", merchant_id)
             total += Matcher(session, services.settings, now).settle_due(merchant_id)
-    with services.db.session() as session:
-        total += expire_unmatched(session, now, limit=limit)
+    if expire:
+        with services.db.session() as session:
+            total += expire_unmatched(session, now, limit=limit)
     return total
 
 
 async def run_settler(services: Services, stop: asyncio.Event) -> None:
-    """Run ``settle_due_matches`` every ``SETTLE_INTERVAL_SECONDS`` until ``stop`` is set (for the
-    worker's task group)."""
-    while not stop.is_set():
+    """Run the matching step whenever a commit recorded card payments, and every
+    ``SETTLE_INTERVAL_SECONDS``, until ``stop`` is set (for the worker's task group)."""
+    loop = asyncio.get_running_loop()
+    wake = asyncio.Event()
+
+    def wake_from_any_thread() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed
+            loop.call_soon_threadsafe(wake.set)
+
+    unsubscribe = wakeups.subscribe(wake_from_any_thread)
+    listener = (
+        asyncio.create_task(_listen_postgres(services, wake))
+        if services.db.dialect == "postgresql"
+        else None
+    )
+    expired_at = 0.0
+    try:
+        while not stop.is_set():
+            wake.clear()
+            expire = time.monotonic() - expired_at >= SETTLE_INTERVAL_SECONDS
+            try:
+                while await asyncio.to_thread(settle_due_matches, services, expire=expire):
+                    expire = False  # drain a backlog; expiry once per interval is enough
+            except Exception as exc:  # a database outage must not end the loop; retry later
+                log.warning("settle_due_matches failed", error=type(exc).__name__)
+            else:
+                expired_at = time.monotonic() if expire else expired_at
+            waits = [asyncio.create_task(stop.wait()), asyncio.create_task(wake.wait())]
+            await asyncio.wait(
+                waits, timeout=SETTLE_INTERVAL_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in waits:
+                task.cancel()
+    finally:
+        unsubscribe()
+        if listener is not None:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+
+
+async def _listen_postgres(services: Services, wake: asyncio.Event) -> None:
+    """Wake on ``NOTIFY kuitti_card_matching`` from any process; reconnect when the database
+    returns (the periodic step covers the gap)."""
+    url = make_url(services.db.url).set(drivername="postgresql")
+    dsn = url.render_as_string(hide_password=False)
+    while True:
         try:
-            await asyncio.to_thread(settle_due_matches, services)
-        except Exception as exc:  # a database outage must not end the loop; retry next round
-            log.warning("settle_due_matches failed", error=type(exc).__name__)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), SETTLE_INTERVAL_SECONDS)
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                await conn.execute(f"LISTEN {wakeups.MATCH_CHANNEL}")
+                wake.set()  # catch up with anything recorded while we were not listening
+                async for _ in conn.notifies():
+                    wake.set()
+        except (psycopg.Error, OSError) as exc:
+            log.info("card matching LISTEN connection lost", error=str(exc)[:200])
+            await asyncio.sleep(1.0)

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kuitti import locks
-from kuitti.cards.matching import match_receipt
+from kuitti.cards.matching import record_card_payments
 from kuitti.config import Settings
 from kuitti.delivery import links
 from kuitti.delivery.tokens import TokenStatus, deliver_tokens
@@ -222,7 +222,7 @@ def _store(
         )
     statuses = deliver_tokens(session, settings, partner, receipt, doc, request.tokens, now=now)
     receipt.token_statuses = [{"type": t.type.value, "status": t.status} for t in statuses]
-    match_receipt(session, settings, receipt, doc, now=now)
+    record_card_payments(session, receipt, doc, now=now)
     return CreatedReceipt(
         receipt_id=receipt.id,
         receipt_links=[p.url for p in plans],

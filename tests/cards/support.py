@@ -89,10 +89,12 @@ class World:
                 card.user_id = holder.id
         return card_id
 
-    def pilot_bank(self, masked_pan: str = PAN, name: str | None = None) -> NewPartner:
-        """A pilot bank (webhook at ``HOOK``) with one pilot card, enrolled directly."""
+    def pilot_bank(
+        self, masked_pan: str = PAN, name: str | None = None, *, webhook_url: str = HOOK
+    ) -> NewPartner:
+        """A pilot bank (webhook at ``webhook_url``) with one pilot card, enrolled directly."""
         bank = make_partner(
-            self.services, PartnerRole.BANK_PILOT, name="Pilot Bank", webhook_url=HOOK
+            self.services, PartnerRole.BANK_PILOT, name="Pilot Bank", webhook_url=webhook_url
         )
         with self.services.db.session() as session:
             enroll_card(
@@ -135,9 +137,12 @@ class World:
 
     # receipts ---------------------------------------------------------------------------------
 
-    def receipt(self, doc: dict[str, Any] | None = None, **payment: Any) -> str:
+    def receipt(
+        self, doc: dict[str, Any] | None = None, *, match: bool = True, **payment: Any
+    ) -> str:
         """Post a receipt (default: one card payment of the total, ``payment`` overriding its
-        attributes; a value None removes the attribute)."""
+        attributes; a value None removes the attribute), then run the matching worker's step as
+        the worker does after the commit (``match=False``: leave its payments pending)."""
         if doc is None:
             doc = receipt_doc()
             attrs = doc["payments"][0]["attributes"]
@@ -151,9 +156,13 @@ class World:
         )
         assert answer.status_code == 200, answer.text
         receipt_id: str = answer.json()["receipt_id"]
+        if match:
+            self.settle()
         return receipt_id
 
     def settle(self) -> int:
+        """The matching worker's step (``run_settler`` runs it on every commit that recorded
+        card payments, and every 30 s)."""
         return settle_due_matches(self.services)
 
     # what happened ----------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""A receipt and its transaction arriving at the same moment, on real threads against the real
-server: exactly one match each time (on PostgreSQL the per-merchant-id advisory lock decides;
-SQLite serialises writers)."""
+"""A receipt's matching step and its transaction arriving at the same moment, on real threads
+against the real server: exactly one match each time (on PostgreSQL the per-merchant-id advisory
+lock decides; SQLite serialises writers)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -15,9 +16,10 @@ from tests.factories import auth, receipt_doc
 ROUNDS = 12
 
 
-def _race(*calls: Callable[[], httpx.Response]) -> list[httpx.Response]:
+def _race(*calls: Callable[[], Any]) -> list[Any]:
+    """Run the calls on threads released together; their results in order."""
     barrier = threading.Barrier(len(calls))
-    answers: list[httpx.Response | None] = [None] * len(calls)
+    answers: list[Any] = [None] * len(calls)
 
     def run(i: int) -> None:
         barrier.wait()
@@ -32,8 +34,23 @@ def _race(*calls: Callable[[], httpx.Response]) -> list[httpx.Response]:
     return [a for a in answers if a is not None]
 
 
+def _auth(code: str) -> dict[str, Any]:
+    return {
+        "partner_card_id": "card-1",
+        "transaction_type": "auth",
+        "amount": 849,
+        "currency": "EUR",
+        "timestamp": iso(PAID_AT),
+        "merchant_id": MID,
+        "merchant_name": "Kauppa",
+        "authorization_code": code,
+    }
+
+
 class TestSimultaneousArrival:
     def test_receipt_and_transaction_together_match_exactly_once(self, world: World) -> None:
+        """The receipt is posted while the transaction is, then the worker's step races the
+        next transaction."""
         world.enroll()
         url = world.client.base_url
         with (
@@ -44,16 +61,7 @@ class TestSimultaneousArrival:
                 code = f"C{n:05d}"
                 doc = receipt_doc()
                 doc["payments"][0]["attributes"]["authorizationCode"] = code
-                txn = {
-                    "partner_card_id": "card-1",
-                    "transaction_type": "auth",
-                    "amount": 849,
-                    "currency": "EUR",
-                    "timestamp": iso(PAID_AT),
-                    "merchant_id": MID,
-                    "merchant_name": "Kauppa",
-                    "authorization_code": code,
-                }
+                txn = _auth(code)
                 receipt_answer, txn_answer = _race(
                     lambda doc=doc: a.post(  # type: ignore[misc]
                         "/api/v1/receipts/", json=doc, headers=auth(world.merchant.api_key)
@@ -64,10 +72,32 @@ class TestSimultaneousArrival:
                 )
                 assert receipt_answer.status_code == 200, receipt_answer.text
                 assert txn_answer.status_code == 200, txn_answer.text
+                world.settle()
                 receipt = receipt_answer.json()["receipt_id"]
                 assert len(world.matches(receipt)) == 1, f"round {n}"
                 assert world.owners(receipt) == {world.user.id}
         assert len(world.matches()) == ROUNDS
+        assert len(world.webhooks("receipt_notification")) == ROUNDS
+
+    def test_the_matching_step_and_the_transaction_together_match_exactly_once(
+        self, world: World
+    ) -> None:
+        world.enroll()
+        url = world.client.base_url
+        with httpx.Client(base_url=url, timeout=30) as b:
+            for n in range(ROUNDS):
+                code = f"W{n:05d}"
+                receipt = world.receipt(authorizationCode=code, match=False)
+                txn = _auth(code)
+                [_, txn_answer] = _race(
+                    world.settle,
+                    lambda txn=txn: b.post(  # type: ignore[misc]
+                        "/api/v1/card-transactions/", json=txn, headers=auth(world.issuer.api_key)
+                    ),
+                )
+                assert txn_answer.status_code == 200, txn_answer.text
+                world.settle()
+                assert len(world.matches(receipt)) == 1, f"round {n}"
         assert len(world.webhooks("receipt_notification")) == ROUNDS
 
     def test_two_receipts_racing_for_one_purchase_take_it_once(self, world: World) -> None:
@@ -85,4 +115,5 @@ class TestSimultaneousArrival:
                 lambda: b.post("/api/v1/receipts/", json=doc, headers=auth(world.merchant.api_key)),
             )
         assert [x.status_code for x in answers] == [200, 200]
+        _race(world.settle, world.settle)  # two workers' steps
         assert len(world.matches()) == 1

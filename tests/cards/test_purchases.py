@@ -186,6 +186,22 @@ class TestClearedDaysLater:
         assert world.matches() == []
         assert {world.why(first), world.why(second)} == {"tied"}
 
+    def test_a_purchase_with_an_auth_keeps_the_auths_time(self, world: World) -> None:
+        """A stranger's receipt from the day before fits the clearing's window, but not the
+        purchase's auth: it never takes the purchase while the card's own receipt is late."""
+        world.enroll()
+        strangers = self._coffee(world, 0)  # a card nobody enrolled, same masked PAN
+        tuesday = PAID_AT + timedelta(days=1)
+        world.clock.set(tuesday)
+        world.transaction(at=tuesday)
+        self._clearing(world, "card-1", tuesday + timedelta(hours=3))
+        world.later(hours=1)
+        world.settle()
+        assert world.matches() == []
+        mine = world.receipt(timeStamp=iso(tuesday), authorizationCode=None, referenceNumber=None)
+        assert world.owners(mine) == {world.user.id}
+        assert world.owners(strangers) == set()
+
     def test_a_stranger_with_the_same_masked_pan_makes_the_purchase_wait(
         self, world: World
     ) -> None:
@@ -207,7 +223,7 @@ class TestPilotCards:
         bank = self._pilot(world)
         world.clock.set(PAID_AT)
         receipt = world.receipt()
-        # Real time: in the receipt's own transaction, with no sweep and no time passing.
+        # Real time: the matching step right after the commit, with no time passing.
         assert bank.partner.id in world.readers(receipt)  # type: ignore[attr-defined]
         match = world.explain(receipt)["card_payments"][0]["match"]
         assert match["kind"] == "masked_pan_only"

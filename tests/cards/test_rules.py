@@ -177,6 +177,16 @@ class TestWindows:
         found = fits(payment(), card(), kind="clearing", at=PAID_AT + offset)
         assert (found is not None) is inside
 
+    def test_a_purchase_with_an_auth_is_anchored_at_the_auths_time(self) -> None:
+        owner = card()
+        purchase, clearing = purchase_of(owner, kind="clearing", at=PAID_AT + timedelta(days=2))
+        record = payment()
+        assert rules.fit(record, owner, purchase, clearing) is not None
+        near = PAID_AT + timedelta(minutes=3)
+        assert rules.fit(record, owner, purchase, clearing, auth_at=near) is not None
+        far = PAID_AT + timedelta(days=1)
+        assert rules.fit(record, owner, purchase, clearing, auth_at=far) is None
+
     def test_the_lookup_ranges_cover_both_windows(self) -> None:
         earliest, latest = rules.transaction_times(PAID_AT)
         assert earliest == PAID_AT - timedelta(minutes=15)
