@@ -23,9 +23,6 @@ from kuitti.config import Settings, load_settings
 from kuitti.db import Database
 from kuitti.dbmigrate import schema_is_current, upgrade
 from kuitti.deps import Services
-from kuitti.models import PartnerRole
-from kuitti.partners import service as partners
-from kuitti.security import SecretBox
 
 app = typer.Typer(
     help="kuitti, an open digital receipt service.",
@@ -33,10 +30,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
-partner_app = typer.Typer(help="Partners: merchants, apps, card issuers, pilot banks.")
 user_app = typer.Typer(help="Service users.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-app.add_typer(partner_app, name="partner")
 app.add_typer(user_app, name="user")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
@@ -139,60 +134,6 @@ def db_upgrade() -> None:
     typer.echo("database is at the newest revision")
 
 
-@partner_app.command("create")
-def partner_create(
-    name: Annotated[str, typer.Option(help="Partner name shown to users.")],
-    role: Annotated[
-        list[PartnerRole], typer.Option(help="merchant, app, card_issuer, bank_pilot.")
-    ],
-    namespace: Annotated[list[str] | None, typer.Option(help="Receipt-link namespace.")] = None,
-    redirect_uri: Annotated[list[str] | None, typer.Option(help="OAuth redirect URI.")] = None,
-    webhook_url: Annotated[str | None, typer.Option(help="Where webhooks are sent.")] = None,
-    attachments: Annotated[bool, typer.Option(help="Enable premium attachments.")] = False,
-    iban: Annotated[str | None, typer.Option(help="Seller bank account for Finvoice.")] = None,
-    bic: Annotated[str | None, typer.Option(help="BIC of that account.")] = None,
-    public_client: Annotated[
-        bool, typer.Option(help="An app that cannot keep a secret (PKCE required).")
-    ] = False,
-    as_json: JsonFlag = False,
-) -> None:
-    """Create a partner; its secrets are printed once."""
-    try:
-        services = open_services()
-        with services.db.session() as session:
-            box = SecretBox(services.settings.resolved_secret_key)
-            created = partners.create_partner(
-                session,
-                box,
-                name=name,
-                roles=role,
-                now=services.clock.now(),
-                namespaces=namespace or [],
-                redirect_uris=redirect_uri or [],
-                webhook_url=webhook_url,
-                attachments=attachments,
-                iban=iban,
-                bic=bic,
-                public_client=public_client,
-                allow_insecure_webhooks=services.settings.webhook_allow_insecure,
-            )
-            data = created.as_json()
-    except partners.PartnerInputError as exc:
-        fail(str(exc))
-    human = "\n".join(f"{k}: {v}" for k, v in data.items() if v is not None)
-    emit(data, as_json, human + "\n(secrets are shown only now)")
-
-
-@partner_app.command("list")
-def partner_list(as_json: JsonFlag = False) -> None:
-    """List partners (no secrets)."""
-    services = open_services()
-    with services.db.session(write=False) as session:
-        rows = [partners.partner_summary(p) for p in partners.list_partners(session)]
-    human = "\n".join(f"{p['partner_id']}  {p['name']}  {','.join(p['roles'])}" for p in rows)
-    emit({"partners": rows}, as_json, human or "no partners")
-
-
 @user_app.command("create")
 def user_create(
     email: Annotated[str, typer.Option(help="E-mail address (login).")],
@@ -228,8 +169,10 @@ def demo() -> None:
 def _register_domain_commands() -> None:
     from kuitti.cards.cli import card_app, receipts_app
     from kuitti.oauth.cli import keys_app
+    from kuitti.partners.cli import partner_app
     from kuitti.webhooks.cli import webhooks_app
 
+    app.add_typer(partner_app, name="partner")
     app.add_typer(card_app, name="card")
     app.add_typer(webhooks_app, name="webhooks")
     app.add_typer(keys_app, name="keys")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 
@@ -13,7 +13,6 @@ from sqlalchemy.orm import Session
 from kuitti.clock import Clock
 from kuitti.config import Settings
 from kuitti.db import Database
-from kuitti.partners.cache import PartnerCache
 
 
 @dataclass(frozen=True)
@@ -23,7 +22,6 @@ class Services:
     settings: Settings
     db: Database
     clock: Clock
-    partner_cache: PartnerCache = field(default_factory=PartnerCache, compare=False)
 
 
 async def _services(request: Request) -> Services:

@@ -36,6 +36,9 @@ class Partner(Base):
     iban: Mapped[str | None] = mapped_column(String(34))
     bic: Mapped[str | None] = mapped_column(String(11))
     created_at: Mapped[datetime]
+    # Set by `kuitti partner disable`: its keys, client credentials and tokens are refused and
+    # its webhooks wait until it is enabled again.
+    disabled_at: Mapped[datetime | None] = mapped_column(default=None)
 
     namespaces: Mapped[list[Namespace]] = relationship(
         back_populates="partner", lazy="selectin", order_by="Namespace.position"

@@ -29,14 +29,12 @@ def authenticate_partner(services: ServicesDep, authorization: str | None) -> Pa
     key = api_key_from_header(authorization)
     if key is None:
         raise Unauthorized("Send the partner API key as 'Authorization: Token <API_KEY>'.")
-    digest = hash_secret(key)
-    partner = services.partner_cache.get(digest)
+    # Looked up on every request, never cached in the process: a key rotated or a partner
+    # disabled by the operator (another process) is refused by the very next request.
+    with services.db.session(write=False) as session:
+        partner = partner_by_key_digest(session, hash_secret(key))
     if partner is None:
-        with services.db.session(write=False) as session:
-            partner = partner_by_key_digest(session, digest)
-        if partner is None:
-            raise Unauthorized("The API key is not valid.")
-        services.partner_cache.put(digest, partner)
+        raise Unauthorized("The API key is not valid.")
     return partner
 
 

@@ -1,4 +1,4 @@
-"""Partner-key authentication and its short-lived cache."""
+"""Partner-key authentication."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from sqlalchemy import event
 from kuitti.deps import Services
 from kuitti.errors import Unauthorized
 from kuitti.partners.auth import api_key_from_header, authenticate_partner
-from kuitti.partners.cache import PartnerCache
-from tests.factories import make_partner
 
 
 @contextmanager
@@ -45,29 +43,8 @@ def test_key_from_header(header: str | None, key: str | None) -> None:
     assert api_key_from_header(header) == key
 
 
-def test_a_known_key_is_looked_up_once(services: Services) -> None:
-    merchant = make_partner(services)
-    first = authenticate_partner(services, f"Token {merchant.api_key}")
-    with counted_statements(services) as statements:
-        again = authenticate_partner(services, f"Token {merchant.api_key}")
-    assert again.id == first.id == merchant.partner.id
-    assert statements == []
-
-
 def test_a_wrong_key_always_asks_the_database(services: Services) -> None:
     for _ in range(2):
         with counted_statements(services) as statements, pytest.raises(Unauthorized):
             authenticate_partner(services, "Token kt_wrong")
         assert any("FROM partners" in s for s in statements)
-
-
-def test_entries_expire_and_the_cache_is_bounded() -> None:
-    cache = PartnerCache(ttl_seconds=-1, size=2)
-    marker = object()
-    cache.put("a", marker)  # type: ignore[arg-type]
-    assert cache.get("a") is None  # already expired
-    bounded = PartnerCache(size=2)
-    for key in ("a", "b", "c"):
-        bounded.put(key, marker)  # type: ignore[arg-type]
-    assert bounded.get("a") is None
-    assert bounded.get("c") is marker
