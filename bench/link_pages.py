@@ -32,7 +32,7 @@ from kuitti.clock import SystemClock  # noqa: E402
 from kuitti.config import Settings  # noqa: E402
 from kuitti.db import Database  # noqa: E402
 from kuitti.dbmigrate import upgrade  # noqa: E402
-from kuitti.deps import Services  # noqa: E402
+from kuitti.services import Services  # noqa: E402
 from tests.factories import make_partner, many_rows, receipt_doc, token_body  # noqa: E402
 
 

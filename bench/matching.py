@@ -11,9 +11,14 @@ The world (assumptions written out in docs/matching.md, "Benchmark"):
 * merchants with several terminals sharing one MID: cafés with a small menu (many equal
   amounts), grocers, restaurants (tips: the clearing and the receipt carry the bill plus tip, the
   auth the bill), fuel stations (auth = preAuthorizedAmount, receipt and clearing the actual sum);
-* a day of purchases with a daytime peak; POS clock skew against the issuer ±90 s; auths reach
-  kuitti 0–5 s after the purchase, receipts after ~30 s (5 % hours late), clearings 1–3 days
-  later (their timestamp is the transaction's time, as a clearing record states it);
+* regulars: 0.3 % of enrolled cards buy the same coffee at the same café every day;
+* four days of purchases with a daytime peak; POS clock skew against the issuer ±90 s; receipts
+  reach kuitti after ~30 s (5 % hours late);
+* three issuers that report differently: bank 0 sends an auth 0–5 s after the purchase and a
+  clearing stamped when it clears, 2 hours to 4 days later; bank 1 sends the auth and a clearing
+  stamped with the purchase time (arriving 1–3 days later); bank 2 sends no auth at all, only a
+  clearing stamped when it clears, 8 hours to 3.5 days later;
+* fuel receipts show the pre-authorised amount only half of the time;
 * noise: 20 % of receipts carry no authorization code (half of those no reference number
   either), 25 % show only the last four digits, 10 % of issuer transactions carry no codes, 1 %
   of enrolled purchases never reach kuitti as transactions (not matchable), 3 % split tender
@@ -25,6 +30,11 @@ The world (assumptions written out in docs/matching.md, "Benchmark"):
     .venv/bin/python bench/matching.py                  # 100,000 cards, 12,000 purchases
     .venv/bin/python bench/matching.py --scale          # also: cost at 10k vs 1M transactions
     .venv/bin/python bench/matching.py --database postgresql
+    .venv/bin/python bench/matching.py --harsh          # far more receipts without codes
+
+Precision and recall are also printed per category of payment: fuel, tips, refunds, split
+tender, regulars (the daily coffee), other purchases, and strangers whose masked PAN collides
+with an enrolled card's (any match of theirs is wrong).
 """
 
 from __future__ import annotations
@@ -55,12 +65,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kuitti.app import create_app  # noqa: E402
-from kuitti.cards.matching import settle_due_matches  # noqa: E402
+from kuitti.cards.settler import settle_due_matches  # noqa: E402
 from kuitti.clock import FrozenClock  # noqa: E402
 from kuitti.config import Settings  # noqa: E402
 from kuitti.db import Database  # noqa: E402
 from kuitti.dbmigrate import upgrade  # noqa: E402
-from kuitti.deps import Services  # noqa: E402
 from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHING_SECONDS  # noqa: E402
 from kuitti.models import Card, PartnerRole  # noqa: E402
 from kuitti.models.cards import (  # noqa: E402
@@ -71,6 +80,7 @@ from kuitti.models.cards import (  # noqa: E402
 )
 from kuitti.partners.service import create_partner  # noqa: E402
 from kuitti.security import SecretBox  # noqa: E402
+from kuitti.services import Services  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get(
     "KUITTI_TEST_POSTGRES_URL", "postgresql://kuitti:kuitti@127.0.0.1:5432/postgres"
@@ -100,6 +110,13 @@ class Merchant:
     terminals: int
 
 
+CLEARING_LAG_HOURS = {0: (2.0, 96.0), 1: (24.0, 72.0), 2: (8.0, 84.0)}
+"""When each issuer's clearings clear (and reach kuitti), in hours after the purchase."""
+PURCHASE_TIME_BANK = 1  # stamps its clearings with the purchase time
+NO_AUTH_BANK = 2  # sends no auth, only the clearing
+CATEGORIES = ("fuel", "tip", "refund", "split", "regular", "other", "stranger (collides)")
+
+
 @dataclass
 class Payment:
     shopper: Shopper
@@ -115,6 +132,8 @@ class Payment:
     last4_only: bool = False
     issuer_codes: bool = True
     lost: bool = False  # the issuer never reports it
+    category: str = "other"
+    cleared_at: datetime | None = None
 
 
 @dataclass
@@ -160,7 +179,7 @@ HARSH = Noise(receipt_without_code=0.60, last4_only=0.60, issuer_without_codes=0
 
 
 def build_world(
-    rng: random.Random, n_cards: int, n_purchases: int, n_merchants: int, noise: Noise
+    rng: random.Random, n_cards: int, n_purchases: int, n_merchants: int, noise: Noise, days: int
 ) -> World:
     cards = [
         (rng.choice(BINS), f"{rng.randrange(10000):04d}", rng.randrange(3)) for _ in range(n_cards)
@@ -186,7 +205,7 @@ def build_world(
         merchant = rng.choices(merchants, weights)[0]
         # Daytime peak: most purchases between 07:00 and 21:00.
         hour = min(23.99, max(0.0, rng.gauss(14, 3.5)))
-        at = DAY + timedelta(hours=hour, seconds=rng.random())
+        at = DAY + timedelta(days=rng.randrange(days), hours=hour, seconds=rng.random())
         refund = rng.random() < 0.02
         if merchant.kind == "cafe":
             total = rng.choice(CAFE_MENU) * rng.randint(1, 2)
@@ -214,20 +233,25 @@ def build_world(
             )
             payment.show_reference = payment.show_code or rng.random() < 0.5
             if refund:
+                payment.category = "refund"
                 payment.auth_amount = None
                 payment.clearing_amount = amount
                 payment.show_code = False  # refunds carry a reference number only
                 payment.show_reference = True
             elif merchant.kind == "fuel" and len(splits) == 1:
-                payment.pre_authorized = rng.choice((10000, 15000))
-                payment.auth_amount = payment.pre_authorized
+                payment.category = "fuel"
+                payment.auth_amount = rng.choice((10000, 15000))
+                if rng.random() < 0.5:  # half the receipts show the pre-authorised amount
+                    payment.pre_authorized = payment.auth_amount
                 payment.clearing_amount = amount
             elif merchant.kind == "restaurant" and len(splits) == 1 and rng.random() < 0.5:
+                payment.category = "tip"
                 tip = rng.randint(50, max(60, amount // 8))
                 payment.auth_amount = amount
                 payment.amount = amount + tip
                 payment.clearing_amount = amount + tip
             else:
+                payment.category = "split" if len(splits) > 1 else "other"
                 payment.auth_amount = amount
                 payment.clearing_amount = amount
             payments.append(payment)
@@ -237,7 +261,56 @@ def build_world(
             delay = rng.uniform(3600, 6 * 3600)
         purchase.receipt_arrival = at + timedelta(seconds=delay)
         purchases.append(purchase)
+    purchases.extend(regulars(rng, cards, merchants, noise, days))
+    enrolled_pans = {(first6, last4) for first6, last4, _ in cards}
+    enrolled_last4 = {last4 for _, last4, _ in cards}
+    for purchase in purchases:
+        for payment in purchase.payments:
+            who = payment.shopper
+            if who.card_index is None and (
+                who.last4 in enrolled_last4
+                if payment.last4_only
+                else (who.first6, who.last4) in enrolled_pans
+            ):
+                payment.category = "stranger (collides)"
     return World(cards, merchants, purchases)
+
+
+def regulars(
+    rng: random.Random,
+    cards: list[tuple[str, str, int]],
+    merchants: list[Merchant],
+    noise: Noise,
+    days: int,
+) -> list[Purchase]:
+    """0.3 % of enrolled cards buy the same coffee at the same café every day at about the same
+    time: same card, same merchant id, same amount — the purchases a week-long clearing window
+    makes fit each other's receipts."""
+    cafes = [m for m in merchants if m.kind == "cafe"][:5] or merchants[:1]
+    out = []
+    for index in rng.sample(range(len(cards)), k=max(1, len(cards) * 3 // 1000)):
+        first6, last4, issuer = cards[index]
+        cafe, amount = rng.choice(cafes), rng.choice(CAFE_MENU)
+        hour = rng.uniform(7, 10)
+        for day in range(days):
+            at = DAY + timedelta(days=day, hours=hour, minutes=rng.uniform(-20, 20))
+            payment = Payment(
+                Shopper(first6, last4, index, issuer),
+                amount,
+                at,
+                code(rng),
+                f"{rng.randrange(10**12):012d}",
+                show_code=rng.random() >= noise.receipt_without_code,
+                last4_only=rng.random() < noise.last4_only,
+                issuer_codes=rng.random() >= noise.issuer_without_codes,
+                category="regular",
+            )
+            payment.show_reference = payment.show_code or rng.random() < 0.5
+            payment.auth_amount = payment.clearing_amount = amount
+            purchase = Purchase(cafe, [payment])
+            purchase.receipt_arrival = at + timedelta(seconds=rng.expovariate(1 / 30))
+            out.append(purchase)
+    return out
 
 
 def events_of(rng: random.Random, world: World) -> list[Event]:
@@ -249,7 +322,8 @@ def events_of(rng: random.Random, world: World) -> list[Event]:
         for payment in purchase.payments:
             if payment.shopper.card_index is None or payment.lost:
                 continue
-            if payment.auth_amount is not None:
+            bank = payment.shopper.issuer
+            if payment.auth_amount is not None and bank != NO_AUTH_BANK:
                 events.append(
                     Event(
                         payment.paid_at + timedelta(seconds=rng.uniform(0, 5)),
@@ -261,8 +335,9 @@ def events_of(rng: random.Random, world: World) -> list[Event]:
                 )
                 order += 1
             if payment.clearing_amount is not None:
-                arrival = payment.paid_at + timedelta(days=rng.uniform(1, 3))
-                events.append(Event(arrival, order, "clearing", purchase, payment))
+                low, high = CLEARING_LAG_HOURS[bank]
+                payment.cleared_at = payment.paid_at + timedelta(hours=rng.uniform(low, high))
+                events.append(Event(payment.cleared_at, order, "clearing", purchase, payment))
                 order += 1
     events.sort(key=lambda e: (e.at, e.order))
     return events
@@ -348,10 +423,13 @@ def transaction_body(
     index = payment.shopper.card_index
     is_auth = event.kind == "auth"
     amount = payment.auth_amount if is_auth else payment.clearing_amount
-    # The issuer's clock differs from the POS's; a clearing states the transaction's time.
-    stamp = (
-        payment.paid_at + skew + (timedelta(0) if is_auth else timedelta(seconds=rng.uniform(0, 2)))
-    )
+    # The issuer's clock differs from the POS's. A clearing is stamped when it clears, except
+    # by the bank that stamps it with the purchase time.
+    if is_auth or payment.shopper.issuer == PURCHASE_TIME_BANK:
+        stamp = payment.paid_at + skew + timedelta(seconds=0 if is_auth else rng.uniform(0, 2))
+    else:
+        assert payment.cleared_at is not None
+        stamp = payment.cleared_at
     body: dict[str, Any] = {
         "service_card_id": str(world.card_ids[index]),
         "transaction_type": event.kind,
@@ -459,7 +537,7 @@ def run_world(args: argparse.Namespace, services: Services, clock: FrozenClock, 
     noise = HARSH if args.harsh else Noise()
     if args.last4_values:
         noise = dataclasses.replace(noise, last4_values=args.last4_values)
-    world = build_world(rng, args.cards, args.purchases, args.merchants, noise)
+    world = build_world(rng, args.cards, args.purchases, args.merchants, noise, args.days)
     print(f"noise: {noise}")
     box = SecretBox(services.settings.resolved_secret_key)
     with services.db.session() as session:
@@ -539,21 +617,28 @@ def report(
         (str(r), i): card_index.get(c) for r, i, c in matches
     }
     total = matchable = correct = wrong = unenrolled_payments = 0
+    # category: payments, matchable, correct, wrong
+    by_category = {name: [0, 0, 0, 0] for name in CATEGORIES}
     for receipt_id, purchase in receipt_of.items():
         for index, payment in enumerate(purchase.payments):
             total += 1
+            tally_of = by_category[payment.category]
+            tally_of[0] += 1
             truth = payment.shopper.card_index
             got = matched.get((receipt_id, index), -1)
             if truth is None:
                 unenrolled_payments += 1
             elif not payment.lost:
                 matchable += 1
+                tally_of[1] += 1
             if got == -1:
                 continue
             if got == truth:
                 correct += 1
+                tally_of[2] += 1
             else:
                 wrong += 1
+                tally_of[3] += 1
     with services.db.session(write=False) as session:
         reasons = session.execute(select(CardPaymentRecord.status, CardPaymentRecord.reason)).all()
     tally: dict[str, int] = {}
@@ -585,6 +670,14 @@ def report(
         + ", ".join(f"{k} {v:,}" for k, v in sorted(waits.items()))
     )
     print(f"precision: {precision:.2f} %   recall (matchable): {recall:.2f} %")
+    print("  category             payments  matchable  matched  wrong  precision    recall")
+    for name, (n, can, right, bad) in by_category.items():
+        cat_precision = f"{100.0 * right / (right + bad):8.2f} %" if right + bad else "       – "
+        cat_recall = f"{100.0 * right / can:8.2f} %" if can else "       – "
+        print(
+            f"  {name:<20} {n:>8,} {can:>10,} {right + bad:>8,} {bad:>6} "
+            f"{cat_precision} {cat_recall}"
+        )
     print(
         f"requests: {n_events:,} in {elapsed:.1f} s   ({n_events / elapsed:.0f} req/s, "
         f"{(correct + wrong) / elapsed:.0f} matches/s)"
@@ -800,6 +893,7 @@ def main() -> None:
     parser.add_argument("--purchases", type=int, default=12_000)
     parser.add_argument("--merchants", type=int, default=400)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--days", type=int, default=4, help="days of purchases")
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument(
         "--harsh",

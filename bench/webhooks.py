@@ -3,7 +3,7 @@ received), p50/p99, with one and two ``kuitti worker``-style processes, on SQLit
 
 Everything stays on loopback: ten partner endpoints are raw asyncio HTTP/1.1 servers in one
 subprocess (uvloop when available, so the receivers take little of the machine), the workers are
-separate processes running ``kuitti.webhooks.worker.run_worker`` exactly as ``kuitti worker``
+separate processes running ``kuitti.worker.run_worker`` exactly as ``kuitti worker``
 does, and this process writes the events through ``kuitti.webhooks.events.enqueue``.
 
 Two phases per configuration:
@@ -141,8 +141,8 @@ def worker_main(use_uvloop: bool) -> None:
     from kuitti.clock import SystemClock
     from kuitti.config import load_settings
     from kuitti.db import Database
-    from kuitti.deps import Services
-    from kuitti.webhooks.worker import run_worker
+    from kuitti.services import Services
+    from kuitti.worker import run_worker
 
     settings = load_settings()
     db = Database(settings.resolved_database_url, pool_size=settings.db_pool_size)
@@ -236,11 +236,12 @@ def run_configuration(
     from kuitti.config import Settings
     from kuitti.db import Database
     from kuitti.dbmigrate import upgrade
-    from kuitti.deps import Services
     from kuitti.models import PartnerRole
     from kuitti.partners.service import create_partner
     from kuitti.security import SecretBox
-    from kuitti.webhooks.events import NotificationType, enqueue
+    from kuitti.services import Services
+    from kuitti.webhooks.events import enqueue
+    from kuitti.webhooks.payloads import ReceiptNotification
 
     var_dir = Path(tempfile.mkdtemp(prefix="kuitti-bench-"))
     settings = Settings(
@@ -308,15 +309,13 @@ def run_configuration(
                 with services.db.session() as session:
                     for _ in range(min(batch, count - written)):
                         partner = partners[written % len(partners)]
+                        payload = ReceiptNotification(
+                            service_id=uuid.uuid4(), receipt_id=uuid.uuid4()
+                        )
                         delivery = enqueue(
                             session,
                             partner,
-                            NotificationType.RECEIPT,
-                            {
-                                "notification_type": "receipt_notification",
-                                "service_id": str(uuid.uuid4()),
-                                "receipt_id": str(uuid.uuid4()),
-                            },
+                            payload,
                             now=services.clock.now(),
                         )
                         assert delivery is not None
@@ -395,7 +394,12 @@ def main() -> None:
     parser.add_argument("--steady-rate", type=int, default=500, help="Events/s, steady phase.")
     parser.add_argument("--steady-seconds", type=float, default=10.0)
     parser.add_argument("--json", action="store_true", help="Also print the figures as JSON.")
-    parser.add_argument("--uvloop", action="store_true", help="Workers on uvloop (as serve).")
+    parser.add_argument(
+        "--asyncio-loop",
+        action="store_true",
+        help="Workers on asyncio's own event loop instead of uvloop (which kuitti worker uses).",
+    )
+    parser.add_argument("--uvloop", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--receivers-process", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--worker-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -403,7 +407,7 @@ def main() -> None:
         receivers_main(args.receivers_process)
         return
     if args.worker_process:
-        worker_main(args.uvloop)
+        worker_main(args.uvloop)  # the parent passes --uvloop unless --asyncio-loop
         return
 
     sys.path.insert(0, str(ROOT))
@@ -439,7 +443,7 @@ def main() -> None:
                     args.events,
                     args.steady_rate,
                     args.steady_seconds,
-                    args.uvloop,
+                    not args.asyncio_loop,
                 )
             finally:
                 if scratch:

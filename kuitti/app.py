@@ -24,17 +24,17 @@ from kuitti.config import Settings, load_settings
 from kuitti.db import Database
 from kuitti.dbmigrate import schema_is_current
 from kuitti.delivery.routes import router as delivery_router
-from kuitti.deps import Services
 from kuitti.errors import ErrorDetail, KuittiError
 from kuitti.logs import configure_logging
 from kuitti.middleware import RequestContextMiddleware
 from kuitti.oauth.routes import router as oauth_router
+from kuitti.paths import STATIC_DIR
 from kuitti.receipts.routes import router as receipts_router
 from kuitti.receipts.schema import Receipt, TokenReceiptRequest
 from kuitti.responses import ORJSONResponse
+from kuitti.services import Services
 from kuitti.users.routes import router as users_router
-from kuitti.web import STATIC_DIR
-from kuitti.webhooks.worker import run_worker
+from kuitti.worker import run_worker
 
 ROUTERS = (receipts_router, delivery_router, oauth_router, users_router, cards_router)
 

@@ -22,7 +22,7 @@ from kuitti.clock import SystemClock
 from kuitti.config import Settings, load_settings
 from kuitti.db import Database
 from kuitti.dbmigrate import schema_is_current, upgrade
-from kuitti.deps import Services
+from kuitti.services import Services
 
 app = typer.Typer(
     help="kuitti, an open digital receipt service.",
@@ -109,7 +109,7 @@ def serve(
 @app.command()
 def worker() -> None:
     """Run the delivery worker alone (webhooks and e-mail)."""
-    from kuitti.webhooks.worker import run_worker
+    from kuitti.worker import run_worker
 
     async def main(services: Services) -> None:
         stop = asyncio.Event()

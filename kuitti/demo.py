@@ -7,13 +7,13 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from kuitti.deps import Services
 from kuitti.models import Partner, PartnerRole
 from kuitti.partners.service import create_partner
 from kuitti.receipts.schema import Receipt
 from kuitti.receipts.service import create_receipt
 from kuitti.receipts.validation import ReceiptRequest, parse_token
 from kuitti.security import SecretBox
+from kuitti.services import Services
 from kuitti.users.service import create_user
 
 DEMO_EMAIL = "demo@example.com"

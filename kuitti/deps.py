@@ -1,27 +1,36 @@
-"""FastAPI dependencies shared by every domain: the running services, sessions and the clock."""
+"""FastAPI dependencies shared by every domain: the running services, sessions and the clock.
+
+``Services`` itself lives in ``kuitti/services.py``; domain code imports it from there.
+
+The unit-of-work rule, the same for every route and every auth dependency:
+
+- **Reads go through the request's session**, ``ReadSession``. FastAPI builds a dependency once
+  per request, so the auth dependencies (partner key, Bearer token, login cookie) and the route
+  share one session, and what auth loaded stays attached for the route to use. The session
+  connects lazily: a request that never reads costs no connection.
+- **Writes go through one write unit per request**, opened once the input has been checked:
+  ``with services.db.session() as session:`` in the route after its checks, or ``WriteSession``
+  for a route with nothing left to check once FastAPI has parsed its parameters (it opens
+  before the route body runs). The reason is SQLite: it has one writer, and a write unit holds
+  that lock (``BEGIN IMMEDIATE`` behind an in-process lock, ``db.py``) from the moment it opens,
+  so it should not open while the request may still be refused, nor span work that only reads.
+  Rows read through the request's session are fetched again by primary key inside the write
+  unit (``session.get``) before they are changed.
+
+Both commit before the response is sent (``scope="function"``), so a client never sees success
+for something that then fails to commit.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
-from kuitti.clock import Clock
-from kuitti.config import Settings
-from kuitti.db import Database
-
-
-@dataclass(frozen=True)
-class Services:
-    """What a request handler may use; built once in ``create_app``."""
-
-    settings: Settings
-    db: Database
-    clock: Clock
+from kuitti.services import Services
 
 
 async def _services(request: Request) -> Services:

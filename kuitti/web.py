@@ -14,7 +14,6 @@ import base64
 import hashlib
 import hmac
 import secrets
-from pathlib import Path
 from typing import Any
 
 from fastapi import Request
@@ -24,9 +23,8 @@ from starlette.responses import Response
 
 from kuitti.deps import get_services
 from kuitti.errors import Forbidden
+from kuitti.paths import TEMPLATES_DIR
 
-TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
-STATIC_DIR = Path(__file__).resolve().parent / "static"
 CSRF_COOKIE = "kuitti_csrf"
 CSRF_FIELD = "csrf_token"
 SESSION_COOKIE = "kuitti_session"

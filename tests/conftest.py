@@ -30,7 +30,7 @@ from kuitti.clock import FrozenClock
 from kuitti.config import Settings
 from kuitti.db import Base, Database
 from kuitti.dbmigrate import upgrade
-from kuitti.deps import Services
+from kuitti.services import Services
 from tests.browser import launch_chromium
 
 BACKEND = os.environ.get("KUITTI_TEST_DATABASE", "sqlite")

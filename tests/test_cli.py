@@ -11,9 +11,9 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from kuitti.cli import app
-from kuitti.deps import Services
 from kuitti.models import Partner, User
 from kuitti.security import SecretBox, hash_secret
+from kuitti.services import Services
 
 runner = CliRunner()
 

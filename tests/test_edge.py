@@ -12,8 +12,8 @@ import httpx
 import orjson
 import pytest
 
-from kuitti.deps import Services
 from kuitti.models import PartnerRole
+from kuitti.services import Services
 from tests.factories import auth, make_partner, receipt_doc, token_body
 
 FORM_POSTS = [

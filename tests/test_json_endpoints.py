@@ -12,8 +12,8 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kuitti.deps import Services
 from kuitti.models import PartnerRole
+from kuitti.services import Services
 from tests.factories import auth, make_partner
 
 EXAMPLES = 40

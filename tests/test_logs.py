@@ -16,8 +16,8 @@ from sqlalchemy.exc import DBAPIError
 
 from kuitti.config import Settings
 from kuitti.delivery.links import private_link_token
-from kuitti.deps import Services
 from kuitti.logs import redact_path
+from kuitti.services import Services
 from tests.conftest import free_port
 from tests.factories import auth, receipt_doc
 from tests.test_serve import create_merchant, start, stop, wait_ready

@@ -11,7 +11,7 @@ import orjson
 from kuitti.app import create_app
 from kuitti.clock import FrozenClock
 from kuitti.db import Database
-from kuitti.deps import Services
+from kuitti.services import Services
 from tests.conftest import make_settings
 from tests.factories import auth, make_partner, receipt_doc
 

@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from kuitti.deps import Services
+from kuitti.services import Services
 from tests.conftest import BACKEND, free_port
 from tests.factories import auth, receipt_doc
 

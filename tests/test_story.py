@@ -18,8 +18,8 @@ import orjson
 import pypdf
 from standardwebhooks.webhooks import Webhook
 
-from kuitti.deps import Services
 from kuitti.models import PartnerRole
+from kuitti.services import Services
 from tests.conftest import LiveServer
 from tests.factories import auth, make_partner, make_user, receipt_doc, token_body
 from tests.oauth.flow import (

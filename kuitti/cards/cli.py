@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from kuitti.cards import service
-from kuitti.cards.matching import explain_receipt, settle_due_matches
+from kuitti.cards.explain import explain_receipt
+from kuitti.cards.settler import settle_due_matches
 from kuitti.errors import KuittiError
 from kuitti.models import Partner, PartnerRole, Receipt
 

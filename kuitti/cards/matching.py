@@ -1,25 +1,21 @@
-"""Card-linking: matching a receipt's CARD payments to enrolled cards' purchases (SPEC §7).
+"""Card-linking: matching a receipt's CARD payments to enrolled cards' purchases, in the
+database (the fit rules themselves are in ``kuitti.cards.rules``).
 
-Precision first. Every decision is made from the payment's side by ``_evaluate``, whichever
-arrival triggered it (a receipt, a transaction, the settle sweep), so the outcome does not depend
-on the order of arrival:
+Precision first. Every decision is made from the payment's side by ``Matcher._decide``,
+whichever arrival triggered it (a receipt, a transaction, the settle sweep), so the outcome does
+not depend on the order of arrival:
 
 * a *candidate* is an enrolled, non-deleted card; a card's auth and its clearing are one
   purchase, and a purchase that already served a payment is no candidate any more;
-* a payment *fits* a purchase when one of its transactions has the payment's merchant id and
-  currency, an equal amount (an auth: or the ``preAuthorizedAmount``), a time in the window
-  (auth: ±15 min; clearing: from 15 min before to 7 days after; bounds inclusive), a masked PAN
-  that agrees with the card's, and authorization codes / reference numbers that are equal where
-  both the payment and the purchase have one;
-* exactly one fitting card: delivered at once when the fit includes an equal authorization code
-  or reference number (a *strong* fit); a fit on the other keys alone (*weak*) only once the auth
-  window has closed, it is still the only card, and no more waiting payments claim that card's
-  fitting purchases than there are purchases;
-* zero or several cards: the payment waits with its reason; any later transaction, match or
-  sweep re-evaluates it;
-* pilot cards (enrolled by the operator; pilot banks report no transactions) are also candidates
-  on their masked PAN alone, when the receipt shows the first six and last four digits; such a fit
-  is weak.
+* a payment *fits* a purchase by ``rules.fit`` (auth: ±15 min of the payment; clearing: from
+  15 min before to 7 days after it);
+* exactly one fitting card with an equal authorization code or reference number (a *strong*
+  fit): delivered at once; a pilot card that is the only enrolled card agreeing with the
+  receipt's masked PAN: delivered at once;
+* fits on keys alone (*weak*), on one card or several, once the auth window has closed: decided
+  by ``rules.contest`` among every waiting payment that claims the same purchases — delivered
+  when every way of giving each its own purchase gives this one the same card; else it waits
+  (``contested`` or ``tied``); any later transaction, match or sweep re-evaluates it.
 
 Serialisation: every evaluation runs under ``locks.acquire(session, "match", <merchant id>)``
 (a PostgreSQL advisory lock held to commit; SQLite serialises writers anyway). A fit needs equal
@@ -30,26 +26,39 @@ transaction arriving together are decided once. The unique constraints on ``card
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, assert_never
 
-import orjson
-from sqlalchemy import func, or_, select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from kuitti import locks
 from kuitti.cards import pan
+from kuitti.cards.notifications import deliver_match
+from kuitti.cards.rules import (
+    AUTH_WINDOW,
+    MATCHING_SET_LIFETIME,
+    Fit,
+    Outcome,
+    Verdict,
+    best,
+    card_pan,
+    contest,
+    fit,
+    fit_json,
+    iso,
+    judge,
+    payment_times,
+    pilot_fit,
+    shown_pan,
+    shows_pilot_digits,
+    transaction_times,
+)
 from kuitti.config import Settings
-from kuitti.delivery.links import private_link
-from kuitti.delivery.service import deliver_to_user, grant
-from kuitti.deps import Services
-from kuitti.logs import log
 from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_SECONDS
-from kuitti.models import Card, Connection, Partner, Receipt
+from kuitti.models import Card, Receipt
 from kuitti.models.cards import (
     CardMatch,
     CardPaymentRecord,
@@ -61,18 +70,15 @@ from kuitti.models.cards import (
 from kuitti.receipts.schema import CardPayment
 from kuitti.receipts.schema import Receipt as ReceiptDocument
 from kuitti.receipts.validation import card_payments
-from kuitti.webhooks.events import NotificationType, enqueue
 
-AUTH_WINDOW = timedelta(minutes=15)
-CLEARING_BEFORE = timedelta(minutes=15)
-CLEARING_AFTER = timedelta(days=7)
-MATCHING_SET_LIFETIME = timedelta(days=7)
-"""Unmatched payments and transactions leave the matching set this long after their time."""
 SETTLE_BATCH = 200
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+CONTEST_LIMIT = 64
+"""A contest for one card's purchases with more waiting payments than this waits undecided."""
+AT_ONCE = "at once: the fit includes an equal authorization code or reference number"
+PILOT_AT_ONCE = (
+    "at once: a pilot card, the only enrolled card that agrees with the receipt's masked PAN"
+)
+AFTER_WINDOW = "after the auth window closed, as the only fitting card"
 
 
 # -- recording a receipt's payments ------------------------------------------------------------
@@ -156,81 +162,9 @@ def _record(
         record.reason = {
             "why": "unmatchable",
             "detail": f"The CARD payment lacks {' and '.join(missing)}, which matching needs.",
-            "checked_at": _iso(now),
+            "checked_at": iso(now),
         }
     return record
-
-
-# -- fitting -------------------------------------------------------------------------------------
-
-
-@dataclass
-class Fit:
-    """One purchase of one card that a payment fits, and on which keys."""
-
-    card: Card
-    purchase: CardPurchase | None  # None: a pilot card on its masked PAN alone
-    transaction: CardTransaction | None
-    keys: list[str]
-    window: str
-    strong: bool
-    distance_seconds: float = 0.0
-
-    @property
-    def kind(self) -> str:
-        return "transaction" if self.purchase is not None else "masked_pan_only"
-
-
-def _card_pan(card: Card) -> pan.MaskedPan:
-    return pan.of_card(card.masked_pan, card.pan_first6, card.pan_last4)
-
-
-def _shown(record: CardPaymentRecord) -> pan.MaskedPan | None:
-    return pan.parse_shown(record.masked_pan) if record.masked_pan else None
-
-
-def fit(
-    record: CardPaymentRecord, card: Card, purchase: CardPurchase, txn: CardTransaction
-) -> Fit | None:
-    """Whether the payment fits this transaction of this purchase (SPEC §7), and how."""
-    if card.deleted_at is not None or txn.merchant_id != record.merchant_id:
-        return None
-    if txn.currency != record.currency:
-        return None
-    keys = ["merchant_id", "currency"]
-    if txn.amount == record.amount:
-        keys.append("amount")
-    elif txn.transaction_type == TransactionType.AUTH and (
-        record.pre_authorized_amount is not None and txn.amount == record.pre_authorized_amount
-    ):
-        keys.append("pre_authorized_amount")
-    else:
-        return None
-    offset = record.paid_at - txn.occurred_at
-    if txn.transaction_type == TransactionType.AUTH:
-        if abs(offset) > AUTH_WINDOW:
-            return None
-        window = "auth (±15 min)"
-    else:
-        if not -CLEARING_BEFORE <= offset <= CLEARING_AFTER:
-            return None
-        window = "clearing (15 min before to 7 days after)"
-    keys.append("time")
-    shown = _shown(record)
-    if shown is None or not pan.agree(_card_pan(card), shown):
-        return None
-    keys.append("masked_pan")
-    strong = False
-    for name, mine, theirs in (
-        ("authorization_code", record.authorization_code, purchase.authorization_code),
-        ("reference_number", record.reference_number, purchase.reference_number),
-    ):
-        if mine is not None and theirs is not None:
-            if mine != theirs:
-                return None
-            keys.append(name)
-            strong = True
-    return Fit(card, purchase, txn, keys, window, strong, abs(offset.total_seconds()))
 
 
 # -- the matcher -------------------------------------------------------------------------------
@@ -271,7 +205,7 @@ class Matcher:
         horizon = self.now - MATCHING_SET_LIFETIME
         wanted: list[tuple[int, str, datetime, datetime]] = [
             # (amount, type, earliest, latest transaction time)
-            (record.amount, "any", record.paid_at - CLEARING_AFTER, record.paid_at + AUTH_WINDOW)
+            (record.amount, "any", *transaction_times(record.paid_at))
         ]
         if record.pre_authorized_amount is not None and (
             record.pre_authorized_amount != record.amount
@@ -280,8 +214,7 @@ class Matcher:
                 (
                     record.pre_authorized_amount,
                     TransactionType.AUTH.value,
-                    record.paid_at - AUTH_WINDOW,
-                    record.paid_at + AUTH_WINDOW,
+                    *payment_times(TransactionType.AUTH, record.paid_at),
                 )
             )
         found: list[Fit] = []
@@ -326,8 +259,8 @@ class Matcher:
         return found
 
     def _pilot_fits(self, record: CardPaymentRecord) -> list[Fit]:
-        shown = _shown(record)
-        if shown is None or len(shown.leading) < 6 or shown.last4 is None:
+        shown = shown_pan(record)
+        if shown is None or not shows_pilot_digits(shown):
             return []
         cards = self.session.scalars(
             select(Card).where(
@@ -337,18 +270,11 @@ class Matcher:
                 Card.deleted_at.is_(None),
             )
         )
-        return [
-            Fit(card, None, None, ["masked_pan (pilot card)"], "none", strong=False)
-            for card in cards
-            if pan.agree(_card_pan(card), shown)
-        ]
+        return [found for card in cards if (found := pilot_fit(record, card)) is not None]
 
     def waiting_for(self, txn: CardTransaction) -> list[CardPaymentRecord]:
         """Waiting payments that this transaction could fit (the reverse lookup)."""
-        if txn.transaction_type == TransactionType.AUTH:
-            earliest, latest = txn.occurred_at - AUTH_WINDOW, txn.occurred_at + AUTH_WINDOW
-        else:
-            earliest, latest = txn.occurred_at - CLEARING_BEFORE, txn.occurred_at + CLEARING_AFTER
+        earliest, latest = payment_times(txn.transaction_type, txn.occurred_at)
         earliest = max(earliest, self.now - MATCHING_SET_LIFETIME)
         columns: list[Any] = [CardPaymentRecord.amount]
         if txn.transaction_type == TransactionType.AUTH:
@@ -387,76 +313,122 @@ class Matcher:
     def _decide(self, record: CardPaymentRecord) -> None:
         record.updated_at = self.now
         if record.paid_at < self.now - MATCHING_SET_LIFETIME:
-            record.status = PaymentStatus.EXPIRED.value
-            record.settle_at = None
-            record.reason = {
-                "why": "expired",
-                "detail": "Unmatched 7 days after the payment time: it left the matching set.",
-                "checked_at": _iso(self.now),
-            }
+            expire(record, self.now)
             return
         fits = self.fits(record)
-        by_card: dict[uuid.UUID, list[Fit]] = {}
-        for item in fits:
-            by_card.setdefault(item.card.id, []).append(item)
-        if not by_card:
-            self._wait(record, "no_candidate", "No enrolled card has a fitting purchase.", [])
-            return
-        if len(by_card) > 1:
-            self._wait(
-                record,
-                "tied",
-                f"{len(by_card)} cards fit; a receipt goes to a user only when exactly one does.",
-                fits,
-            )
-            return
-        card_fits = next(iter(by_card.values()))
-        strong = [f for f in card_fits if f.strong]
-        if strong:
-            self._match(record, _best(strong), fits, at_once=True)
-            return
-        settle_at = record.paid_at + AUTH_WINDOW
-        if self.now < settle_at:
-            self._wait(
-                record,
-                "awaiting_window",
-                "One card fits on keys alone (no equal authorization code or reference "
-                "number); it is delivered once the auth window has closed if it is still the "
-                "only one.",
-                fits,
-                settle_at=settle_at,
-            )
-            return
-        purchases = {f.purchase.id: f.purchase for f in card_fits if f.purchase is not None}
-        if purchases:
-            rivals = self._claimants(record, card_fits)
-            if len(rivals) + 1 > len(purchases):
+        pilot = any(f.purchase is None for f in fits)
+        judgement = judge(
+            fits,
+            record.paid_at,
+            self.now,
+            cards_with_this_pan=self._cards_with_pan(record) if pilot else 0,
+        )
+        card_fits = judgement.card_fits
+        match judgement.verdict:
+            case Verdict.NO_CANDIDATE:
+                self._wait(record, "no_candidate", "No enrolled card has a fitting purchase.", [])
+                return
+            case Verdict.TIED:
+                settle_at = record.paid_at + AUTH_WINDOW
+                weak = not any(f.strong or f.purchase is None for f in fits)
+                if not weak or self.now < settle_at:
+                    self._wait(
+                        record,
+                        "tied",
+                        f"{len({f.card.id for f in fits})} cards fit; a receipt goes to a user "
+                        "only when exactly one does.",
+                        fits,
+                        settle_at=settle_at if weak else None,
+                    )
+                    return
+            case Verdict.AT_ONCE:
+                self._match(record, best(card_fits), fits, delivered=AT_ONCE)
+                return
+            case Verdict.PILOT_AT_ONCE:
+                self._match(record, best(card_fits), fits, delivered=PILOT_AT_ONCE)
+                return
+            case Verdict.AWAITING_WINDOW:
                 self._wait(
                     record,
-                    "contested",
-                    f"{len(rivals) + 1} waiting payments fit this card's {len(purchases)} "
-                    "fitting purchase(s) on keys alone; a purchase serves at most one payment.",
+                    "awaiting_window",
+                    "One card fits on keys alone (no equal authorization code or reference "
+                    "number); it is delivered once the auth window has closed if it is still "
+                    "the only one.",
                     fits,
-                    rivals=[str(r.receipt_id) for r in rivals],
+                    settle_at=judgement.settle_at,
                 )
                 return
-        self._match(record, _best(card_fits), fits, at_once=False)
+            case Verdict.WEAK:
+                pass
+            case _:
+                assert_never(judgement.verdict)
+        if card_fits and all(f.purchase is None for f in card_fits):
+            self._match(record, best(card_fits), fits, delivered=AFTER_WINDOW)
+            return
+        self._contest(record, fits)
 
-    def _claimants(
-        self, record: CardPaymentRecord, card_fits: list[Fit]
-    ) -> list[CardPaymentRecord]:
-        """Other waiting payments that fit any of these purchases."""
-        rivals: dict[uuid.UUID, CardPaymentRecord] = {}
-        for item in card_fits:
-            if item.purchase is None:
+    def _contest(self, record: CardPaymentRecord, fits: list[Fit]) -> None:
+        """Decide a payment that fits on keys alone, once its auth window has closed, among
+        every waiting payment that claims the same purchases (``rules.contest``)."""
+        claims, claimants, card_of = self._claims(record, fits)
+        mine: uuid.UUID | None = None
+        outcome = Outcome.UNSERVED
+        if len(claims) <= CONTEST_LIMIT:
+            decided = contest(record.id, claims, card_of)
+            outcome, mine = decided
+        if mine is None:
+            purchases = {p for wanted in claims.values() for p in wanted}
+            rivals = [str(r.receipt_id) for r in claimants.values() if r.id != record.id]
+            detail = (
+                f"{len(claims)} waiting payments fit {len(purchases)} purchase(s) on keys alone; "
+                + (
+                    "they could be shared out in ways that give this one different cards."
+                    if outcome is Outcome.TIED
+                    else "no way gives each its own purchase (a purchase serves at most one "
+                    "payment)."
+                )
+            )
+            self._wait(record, outcome.value, detail, fits, rivals=rivals)
+            return
+        chosen = best([f for f in fits if f.purchase is not None and f.purchase.id == mine])
+        self._match(record, chosen, fits, delivered=AFTER_WINDOW)
+
+    def _claims(
+        self, record: CardPaymentRecord, fits: list[Fit]
+    ) -> tuple[
+        dict[uuid.UUID, list[uuid.UUID]],
+        dict[uuid.UUID, CardPaymentRecord],
+        dict[uuid.UUID, uuid.UUID],
+    ]:
+        """The contest around a payment: every waiting payment that fits one of its purchases,
+        each with the purchases it fits (nearest in time first), followed to closure (a rival's
+        other purchases, and their rivals); the payments by id; each purchase's card."""
+        fits_of: dict[uuid.UUID, list[Fit]] = {record.id: [f for f in fits if f.purchase]}
+        claimants: dict[uuid.UUID, CardPaymentRecord] = {record.id: record}
+        expanded: set[uuid.UUID] = set()
+        pending = list(fits_of[record.id])
+        while pending and len(fits_of) <= CONTEST_LIMIT:
+            item = pending.pop()
+            purchase = item.purchase
+            if purchase is None or purchase.id in expanded:
                 continue
-            for txn in self.purchase_transactions(item.purchase.id):
+            expanded.add(purchase.id)
+            for txn in self.purchase_transactions(purchase.id):
                 for other in self.waiting_for(txn):
-                    if other.id == record.id or other.id in rivals:
+                    if other.id in fits_of or fit(other, item.card, purchase, txn) is None:
                         continue
-                    if fit(other, item.card, item.purchase, txn) is not None:
-                        rivals[other.id] = other
-        return list(rivals.values())
+                    claimants[other.id] = other
+                    fits_of[other.id] = [f for f in self.fits(other) if f.purchase]
+                    pending.extend(fits_of[other.id])
+        claims: dict[uuid.UUID, list[uuid.UUID]] = {}
+        card_of: dict[uuid.UUID, uuid.UUID] = {}
+        for payment_id in sorted(fits_of, key=lambda i: claimants[i].paid_at):
+            ordered = sorted(fits_of[payment_id], key=lambda f: f.distance_seconds)
+            claims[payment_id] = list(
+                dict.fromkeys(f.purchase.id for f in ordered if f.purchase is not None)
+            )
+            card_of.update((f.purchase.id, f.card.id) for f in ordered if f.purchase is not None)
+        return claims, claimants, card_of
 
     def _wait(
         self,
@@ -470,35 +442,46 @@ class Matcher:
     ) -> None:
         record.settle_at = settle_at
         CARD_MATCH_WAITS.labels(why).inc()
-        reason: dict[str, Any] = {"why": why, "detail": detail, "checked_at": _iso(self.now)}
+        reason: dict[str, Any] = {"why": why, "detail": detail, "checked_at": iso(self.now)}
         if fits:
-            reason["candidates"] = [_fit_json(f) for f in fits]
+            reason["candidates"] = [fit_json(f) for f in fits]
         if settle_at is not None:
-            reason["settle_at"] = _iso(settle_at)
+            reason["settle_at"] = iso(settle_at)
         if rivals:
             reason["rival_receipt_ids"] = rivals
         record.reason = reason
 
+    def _cards_with_pan(self, record: CardPaymentRecord) -> int:
+        """How many enrolled cards, of any partner, agree with the masked PAN the receipt shows
+        (it shows the first six: only asked for a pilot fit)."""
+        shown = shown_pan(record)
+        if shown is None or not shows_pilot_digits(shown):
+            return 0
+        cards = self.session.scalars(
+            select(Card).where(
+                Card.pan_last4 == shown.last4,
+                Card.pan_first6 == shown.leading[:6],
+                Card.deleted_at.is_(None),
+            )
+        )
+        return sum(1 for card in cards if pan.agree(card_pan(card), shown))
+
     def _match(
-        self, record: CardPaymentRecord, chosen: Fit, fits: list[Fit], *, at_once: bool
+        self, record: CardPaymentRecord, chosen: Fit, fits: list[Fit], *, delivered: str
     ) -> None:
         card = chosen.card
         record.status = PaymentStatus.MATCHED.value
         record.settle_at = None
-        explanation = _fit_json(chosen)
-        explanation["delivered"] = (
-            "at once: the fit includes an equal authorization code or reference number"
-            if at_once
-            else "after the auth window closed, as the only fitting card"
-        )
+        explanation = fit_json(chosen)
+        explanation["delivered"] = delivered
         explanation["fits_considered"] = len(fits)
-        explanation["paid_at"] = _iso(record.paid_at)
+        explanation["paid_at"] = iso(record.paid_at)
         if chosen.purchase is not None:
             chosen.purchase.payment_id = record.id
             explanation["purchase_transaction_ids"] = sorted(
                 str(t.id) for t in self.purchase_transactions(chosen.purchase.id)
             )
-        record.reason = {"why": "matched", "checked_at": _iso(self.now)}
+        record.reason = {"why": "matched", "checked_at": iso(self.now)}
         match = CardMatch(
             id=uuid.uuid4(),
             payment_id=record.id,
@@ -512,9 +495,11 @@ class Matcher:
         self.session.add(match)
         self.session.flush()
         self.matched.append(match)
-        strength = "masked_pan" if chosen.purchase is None else ("code" if at_once else "keys")
+        strength = (
+            "masked_pan" if chosen.purchase is None else ("code" if chosen.strong else "keys")
+        )
         CARD_MATCHES.labels(strength).inc()
-        self._deliver(record, chosen)
+        deliver_match(self.session, self.settings, record, chosen, now=self.now)
         # The purchase is taken, and this payment no longer contests the others it fitted:
         # payments that counted either may now be decided.
         seen: set[uuid.UUID] = set()
@@ -525,74 +510,6 @@ class Matcher:
             for txn in self.purchase_transactions(item.purchase.id):
                 for other in self.waiting_for(txn):
                     self.evaluate(other)
-
-    def _deliver(self, record: CardPaymentRecord, chosen: Fit) -> None:
-        card = chosen.card
-        receipt = self.session.get(Receipt, record.receipt_id)
-        issuer = self.session.get(Partner, card.partner_id)
-        assert receipt is not None
-        assert issuer is not None
-        if card.user_id is not None:
-            deliver_to_user(self.session, receipt, card.user_id, via="card", now=self.now)
-        grant(self.session, receipt, issuer.id, "card")
-        if card.pilot:
-            self._full_receipt(receipt, issuer, card)
-            return
-        data: dict[str, Any] = {
-            "receipt_id": str(receipt.id),
-            "merchant_name": receipt.merchant_name,
-            "timestamp": _iso(record.paid_at),
-            "amount": str(record.amount),
-            "merchant_id": record.merchant_id,
-        }
-        txn = chosen.transaction
-        reference = record.reference_number or (txn.reference_number if txn else None)
-        authorization = record.authorization_code or (txn.authorization_code if txn else None)
-        if reference is not None:
-            data["reference_number"] = reference
-        if authorization is not None:
-            data["authorization_code"] = authorization
-        data["transaction_type"] = txn.transaction_type if txn is not None else "auth"
-        enqueue(
-            self.session,
-            issuer,
-            NotificationType.RECEIPT,
-            {
-                "notification_type": NotificationType.RECEIPT.value,
-                "partner_card_id": card.partner_card_id,
-                "service_card_id": str(card.id),
-                "data": data,
-            },
-            now=self.now,
-            bare_authorization=True,
-        )
-
-    def _full_receipt(self, receipt: Receipt, bank: Partner, card: Card) -> None:
-        matches_for_bank = self.session.scalar(
-            select(func.count(CardMatch.id))
-            .join(Card, Card.id == CardMatch.card_id)
-            .where(
-                CardMatch.receipt_id == receipt.id,
-                Card.partner_id == bank.id,
-                Card.pilot.is_(True),
-            )
-        )
-        if matches_for_bank and matches_for_bank > 1:
-            return  # split tender on two pilot cards of one bank: one full receipt is enough
-        connection = pilot_connection(self.session, card)
-        enqueue(
-            self.session,
-            bank,
-            NotificationType.FULL_RECEIPT,
-            {
-                "service_id": str(connection.id) if connection is not None else None,
-                "notification_type": NotificationType.FULL_RECEIPT.value,
-                "receipt_id": str(receipt.id),
-                "receipt_json": orjson.loads(receipt.document),
-                "receipt_web_url": private_link(self.settings, receipt.id),
-            },
-            now=self.now,
-        )
 
     # the deferred re-check --------------------------------------------------------------------
 
@@ -616,83 +533,18 @@ class Matcher:
         return len(due)
 
 
-def _best(fits: list[Fit]) -> Fit:
-    """Among one card's fits: a transaction fit before a masked-PAN-only one, then the nearest
-    in time, then the earliest transaction."""
-    return min(
-        fits,
-        key=lambda f: (
-            f.purchase is None,
-            f.distance_seconds,
-            f.transaction.occurred_at
-            if f.transaction is not None
-            else datetime.max.replace(tzinfo=UTC),
-        ),
-    )
-
-
-def _fit_json(item: Fit) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "service_card_id": str(item.card.id),
-        "partner_card_id": item.card.partner_card_id,
-        "issuer_partner_id": str(item.card.partner_id),
-        "pilot": item.card.pilot,
-        "kind": item.kind,
-        "keys": item.keys,
-        "window": item.window,
-        "strong": item.strong,
+def expire(record: CardPaymentRecord, now: datetime) -> None:
+    """The payment left the matching set unmatched (7 days after its time)."""
+    last_reason = record.reason
+    record.status = PaymentStatus.EXPIRED.value
+    record.settle_at = None
+    record.updated_at = now
+    record.reason = {
+        "why": "expired",
+        "detail": "Unmatched 7 days after the payment time: it left the matching set.",
+        "last_reason": last_reason,
+        "checked_at": iso(now),
     }
-    if item.transaction is not None:
-        out["transaction_id"] = str(item.transaction.id)
-        out["transaction_type"] = item.transaction.transaction_type
-        out["transaction_time"] = _iso(item.transaction.occurred_at)
-    if item.purchase is not None:
-        out["purchase_id"] = str(item.purchase.id)
-    return out
-
-
-def pilot_connection(session: Session, card: Card) -> Connection | None:
-    """The active connection of a pilot card's user to the card's bank, if any."""
-    if card.user_id is None:
-        return None
-    return session.scalar(
-        select(Connection).where(
-            Connection.user_id == card.user_id,
-            Connection.partner_id == card.partner_id,
-            Connection.revoked_at.is_(None),
-        )
-    )
-
-
-# -- the sweep (worker) and explanations ---------------------------------------------------------
-
-
-def settle_due_matches(services: Services, *, limit: int = SETTLE_BATCH) -> int:
-    """The deferred re-check: decide payments whose auth window has closed, one merchant id per
-    unit of work (under its lock), then expire what left the matching set. Run by the delivery
-    worker's loop (``run_settler``) and by ``kuitti card settle``; each arrival also settles its
-    own merchant id's due payments. Returns how many payments were decided or expired (call
-    again while it returns nonzero to drain a backlog)."""
-    now = services.clock.now()
-    with services.db.session(write=False) as session:
-        rows = session.scalars(
-            select(CardPaymentRecord.merchant_id)
-            .where(
-                CardPaymentRecord.settle_at.is_not(None),
-                CardPaymentRecord.settle_at <= now,
-            )
-            .order_by(CardPaymentRecord.settle_at)
-            .limit(limit)
-        ).all()
-    merchant_ids = list(dict.fromkeys(m for m in rows if m is not None))
-    total = 0
-    for merchant_id in merchant_ids:
-        with services.db.session() as session, CARD_MATCHING_SECONDS.labels("settle").time():
-            locks.acquire(session, "match", merchant_id)
-            total += Matcher(session, services.settings, now).settle_due(merchant_id)
-    with services.db.session() as session:
-        total += expire_unmatched(session, now, limit=limit)
-    return total
 
 
 def expire_unmatched(session: Session, now: datetime, *, limit: int = SETTLE_BATCH) -> int:
@@ -709,60 +561,5 @@ def expire_unmatched(session: Session, now: datetime, *, limit: int = SETTLE_BAT
         )
     )
     for record in stale:
-        record.status = PaymentStatus.EXPIRED.value
-        record.settle_at = None
-        record.updated_at = now
-        record.reason = {
-            "why": "expired",
-            "detail": "Unmatched 7 days after the payment time: it left the matching set.",
-            "last_reason": record.reason,
-            "checked_at": _iso(now),
-        }
+        expire(record, now)
     return len(stale)
-
-
-SETTLE_INTERVAL_SECONDS = 30.0
-
-
-async def run_settler(services: Services, stop: asyncio.Event) -> None:
-    """Run ``settle_due_matches`` every ``SETTLE_INTERVAL_SECONDS`` until ``stop`` is set (for the
-    delivery worker's task group)."""
-    while not stop.is_set():
-        try:
-            await asyncio.to_thread(settle_due_matches, services)
-        except Exception as exc:  # a database outage must not end the loop; retry next round
-            log.warning("settle_due_matches failed", error=type(exc).__name__)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), SETTLE_INTERVAL_SECONDS)
-
-
-def explain_receipt(session: Session, receipt_id: uuid.UUID, now: datetime) -> dict[str, Any]:
-    """Why each CARD payment of a receipt matched, or why it waits (``kuitti receipts explain``)."""
-    records = session.scalars(
-        select(CardPaymentRecord)
-        .where(CardPaymentRecord.receipt_id == receipt_id)
-        .order_by(CardPaymentRecord.payment_index)
-    ).all()
-    payments = []
-    for record in records:
-        status = record.status
-        if status == PaymentStatus.WAITING and record.paid_at < now - MATCHING_SET_LIFETIME:
-            status = PaymentStatus.EXPIRED.value
-        item: dict[str, Any] = {
-            "payment_index": record.payment_index,
-            "status": status,
-            "merchant_id": record.merchant_id,
-            "amount": record.amount,
-            "pre_authorized_amount": record.pre_authorized_amount,
-            "currency": record.currency,
-            "paid_at": _iso(record.paid_at),
-            "masked_pan": record.masked_pan,
-            "authorization_code": record.authorization_code,
-            "reference_number": record.reference_number,
-            "reason": record.reason,
-        }
-        match = session.scalar(select(CardMatch).where(CardMatch.payment_id == record.id))
-        if match is not None:
-            item["match"] = {"matched_at": _iso(match.matched_at), **match.explanation}
-        payments.append(item)
-    return {"receipt_id": str(receipt_id), "card_payments": payments}

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header
 
 from kuitti.cards import service
-from kuitti.deps import Now, RawBody, ServicesDep, WriteSession
+from kuitti.deps import Now, RawBody, ReadSession, ServicesDep, WriteSession
 from kuitti.errors import ErrorDetail, InvalidRequest
 from kuitti.inputs import parse_json
 from kuitti.models import Partner, PartnerRole
@@ -35,13 +35,14 @@ _AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def _issuer(
     services: ServicesDep,
+    session: ReadSession,
     service_apikey: ServiceApiKey,
     authorization: Annotated[str | None, Header()] = None,
 ) -> Partner:
     key = service_apikey
     if key is None and bearer_token(authorization) is None:
         key = authorization
-    partner = authenticate_partner(services, key)
+    partner = authenticate_partner(services, session, key)
     return require_role(partner, PartnerRole.CARD_ISSUER)
 
 

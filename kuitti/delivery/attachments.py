@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from kuitti.deps import Services
 from kuitti.i18n import Language
 from kuitti.models import MailMessage, Partner, Receipt
-from kuitti.receipts.formats import DataFormat, render
+from kuitti.receipts.formats import DataFormat
+from kuitti.receipts.formats.rendering import render
 from kuitti.receipts.view import parse_document
+from kuitti.services import Services
 
 _COUNTRY_LANGUAGE = {
     "fi": Language.FI,

@@ -18,9 +18,9 @@ from kuitti.config import Settings
 from kuitti.delivery.attachments import language_for_country
 from kuitti.delivery.mail import enqueue_mail
 from kuitti.models import MailMessage, Receipt
+from kuitti.paths import TEMPLATES_DIR
 from kuitti.receipts.schema import Receipt as ReceiptDocument
 from kuitti.receipts.view import build_view
-from kuitti.web import TEMPLATES_DIR
 
 MAX_ROWS_IN_MAIL = 30
 

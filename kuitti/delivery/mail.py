@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import random
 import smtplib
 import ssl
 import uuid
@@ -13,14 +14,18 @@ from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from kuitti import outbox
 from kuitti.config import Settings
-from kuitti.deps import Services
+from kuitti.delivery.attachments import attachments_for
 from kuitti.logs import log
 from kuitti.metrics import MAIL_MESSAGES
 from kuitti.models import MailMessage
+from kuitti.models.outbox import MailStatus
+from kuitti.outbox import Lease
+from kuitti.services import Services
 
 MAIL_BATCH = 20
 MAIL_LEASE_SECONDS = 120
@@ -43,7 +48,7 @@ def enqueue_mail(
         text_body=text_body,
         html_body=html_body,
         receipt_pdf_id=receipt_pdf_id,
-        status="pending",
+        status=MailStatus.PENDING,
         attempt_count=0,
         next_attempt_at=now,
         created_at=now,
@@ -103,40 +108,39 @@ def _login_and_send(
     smtp.send_message(message)
 
 
-def retry_delay_seconds(settings: Settings, attempt: int) -> int:
-    schedule = settings.webhook_retry_schedule
-    return schedule[min(attempt, len(schedule)) - 1]
-
-
-def send_due_mail(services: Services) -> int:
+def send_due_mail(services: Services, *, rng: random.Random | None = None) -> int:
     """Send every message that is due; returns how many were sent. Failures are retried on the
-    same schedule as webhooks and marked failed after the last delay."""
+    same schedule as webhooks (``KUITTI_WEBHOOK_RETRY_SCHEDULE``, ±10 % jitter) and marked
+    failed after the last delay."""
+    rng = rng or random.Random()  # jitter, not a secret
     sent = 0
     while True:
         now = services.clock.now()
+        lease = Lease.new(now, MAIL_LEASE_SECONDS)
         with services.db.session() as session:
             query = (
-                select(MailMessage)
-                .where(MailMessage.status == "pending", MailMessage.next_attempt_at <= now)
+                select(MailMessage.id, MailMessage.attempt_count)
+                .where(outbox.due(MailMessage, now))
                 .order_by(MailMessage.next_attempt_at)
                 .limit(MAIL_BATCH)
             )
-            if services.db.dialect == "postgresql":
-                query = query.with_for_update(skip_locked=True)
-            rows = list(session.scalars(query))
-            for row in rows:
-                # A lease: another worker leaves the row alone until it expires.
-                row.next_attempt_at = now + timedelta(seconds=MAIL_LEASE_SECONDS)
-            claimed = [(row.id, row.attempt_count) for row in rows]
+            claimed = session.execute(
+                outbox.skip_locked(query, services.db.dialect, MailMessage)
+            ).all()
+            outbox.take(session, MailMessage, [row.id for row in claimed], lease)
         if not claimed:
             return sent
         for message_id, attempts in claimed:
-            sent += _send_one(services, message_id, attempts)
+            sent += _send_one(services, message_id, attempts, lease, rng)
 
 
-def _send_one(services: Services, message_id: uuid.UUID, attempts: int) -> int:
-    from kuitti.delivery.attachments import attachments_for
-
+def _send_one(
+    services: Services,
+    message_id: uuid.UUID,
+    attempts: int,
+    lease: Lease,
+    rng: random.Random,
+) -> int:
     settings = services.settings
     error: str | None = None
     with services.db.session(write=False) as session:
@@ -154,22 +158,24 @@ def _send_one(services: Services, message_id: uuid.UUID, attempts: int) -> int:
         except (OSError, smtplib.SMTPException) as exc:
             error = f"{type(exc).__name__}: {exc}"[:1000]
     now = services.clock.now()
+    made = attempts + 1
+    values: dict[str, object] = {"attempt_count": made, "last_error": error, **outbox.RELEASED}
+    if error is None:
+        values |= {"status": MailStatus.SENT, "sent_at": now}
+    elif outbox.gives_up(settings, made):
+        values |= {"status": MailStatus.FAILED}
+    else:
+        delay = outbox.retry_delay_seconds(settings, made, rng)
+        values |= {"next_attempt_at": now + timedelta(seconds=delay)}
     with services.db.session() as session:
-        row = session.get(MailMessage, message_id)
-        assert row is not None
-        row.attempt_count = attempts + 1
-        if error is None:
-            row.status, row.sent_at, row.last_error = "sent", now, None
-            MAIL_MESSAGES.labels("sent").inc()
-            return 1
-        row.last_error = error
-        if row.attempt_count > len(settings.webhook_retry_schedule):
-            row.status = "failed"
-            MAIL_MESSAGES.labels("failed").inc()
-        else:
-            MAIL_MESSAGES.labels("retried").inc()
-            row.next_attempt_at = now + timedelta(
-                seconds=retry_delay_seconds(settings, row.attempt_count)
-            )
+        # Only while the lease is still ours: a worker that took over after it ran out owns it.
+        session.execute(
+            update(MailMessage)
+            .where(outbox.held_by(MailMessage, message_id, lease.token))
+            .values(values)
+        )
+    outcome = "sent" if error is None else values.get("status", "retried")
+    MAIL_MESSAGES.labels(str(outcome)).inc()
+    if error is not None:
         log.warning("mail not sent", message_id=str(message_id), error=error)
-    return 0
+    return 1 if error is None else 0

@@ -34,3 +34,7 @@ class RateLimiter:
         if count <= self.limit_per_window:
             return None
         return max(1, (window + 1) * WINDOW_SECONDS - int(now_seconds))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._window, self._counts = -1, {}

@@ -14,18 +14,19 @@ from urllib.parse import quote, unquote
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
+from sqlalchemy.orm import Session
 from starlette.responses import Response
 
 from kuitti.delivery import links, qr
 from kuitti.delivery.linkpage import LinkPage, language_links, page_context, page_language
-from kuitti.delivery.ratelimit import RateLimiter
 from kuitti.delivery.service import deliver_to_user
 from kuitti.delivery.texts import page_text
-from kuitti.deps import Now, ServicesDep, get_services
+from kuitti.deps import Now, ReadSession, ServicesDep, get_services
 from kuitti.metrics import LINK_RATE_LIMITED
 from kuitti.models import Connection, Partner, Receipt, User
 from kuitti.oauth.bearer import AppConnection
-from kuitti.receipts.formats import DataFormat, render
+from kuitti.receipts.formats import DataFormat
+from kuitti.receipts.formats.rendering import render
 from kuitti.users.sessions import CurrentUser, login_url
 from kuitti.web import check_csrf
 from kuitti.web import render as render_page
@@ -65,12 +66,8 @@ def create_qr_code(connection: AppConnection, services: ServicesDep, now: Now) -
 def _limited(request: Request) -> Response | None:
     """The 429 page when this client is over the link-page limit."""
     services = get_services(request)
-    limiter: RateLimiter | None = getattr(request.app.state, "link_rate_limiter", None)
-    if limiter is None:
-        limiter = RateLimiter(services.settings.link_rate_limit_per_minute)
-        request.app.state.link_rate_limiter = limiter
     client = request.client.host if request.client else "unknown"
-    retry_after = limiter.hit(client, services.clock.now().timestamp())
+    retry_after = services.link_rate_limiter.hit(client, services.clock.now().timestamp())
     if retry_after is None:
         return None
     LINK_RATE_LIMITED.inc()
@@ -128,44 +125,43 @@ def _namespace_link_parts(request: Request) -> tuple[str, str, bool] | None:
     return namespace, identifier, is_pdf
 
 
-def _find(request: Request, target: LinkPage) -> Receipt | None:
-    services = get_services(request)
-    with services.db.session(write=False) as session:
-        if target.namespace is not None:
-            return links.receipt_for_namespace_link(session, target.namespace, target.key)
-        return links.receipt_for_private_token(session, services.settings, target.key)
+def _find(request: Request, session: Session, target: LinkPage) -> Receipt | None:
+    if target.namespace is not None:
+        return links.receipt_for_namespace_link(session, target.namespace, target.key)
+    return links.receipt_for_private_token(session, get_services(request).settings, target.key)
 
 
 def _show(
-    request: Request, target: LinkPage, lang: str | None, user: User | None = None
+    request: Request,
+    session: Session,
+    target: LinkPage,
+    lang: str | None,
+    user: User | None = None,
 ) -> Response:
+    """The page or its PDF, everything read through the request's session."""
     if (limited := _limited(request)) is not None:
         return limited
-    receipt = _find(request, target)
+    receipt = _find(request, session, target)
     if receipt is None:
         return _not_found(request, lang)
     if target.pdf:
-        return _pdf(request, receipt, page_language(request, lang))
-    services = get_services(request)
-    with services.db.session(write=False) as session:
-        context = page_context(
-            request,
-            session,
-            receipt,
-            target,
-            lang,
-            user=user,
-            imported=request.query_params.get("imported") == "1",
-        )
+        return _pdf(session, receipt, page_language(request, lang))
+    context = page_context(
+        request,
+        session,
+        receipt,
+        target,
+        lang,
+        user=user,
+        imported=request.query_params.get("imported") == "1",
+    )
     return render_page(request, "receipts/link.html", context, headers=LINK_HEADERS)
 
 
-def _pdf(request: Request, receipt: Receipt, language: str) -> Response:
-    services = get_services(request)
-    with services.db.session(write=False) as session:
-        poster = session.get(Partner, receipt.partner_id)
-        assert poster is not None
-        rendered = render(receipt, poster, DataFormat.SERVICE_PDF, locale=language)
+def _pdf(session: Session, receipt: Receipt, language: str) -> Response:
+    poster = session.get(Partner, receipt.partner_id)
+    assert poster is not None
+    rendered = render(receipt, poster, DataFormat.SERVICE_PDF, locale=language)
     return Response(
         rendered.content,
         media_type=rendered.media_type,
@@ -179,12 +175,17 @@ def _pdf(request: Request, receipt: Receipt, language: str) -> Response:
 
 
 def _import(
-    request: Request, target: LinkPage, user: User | None, action: str, csrf: str | None
+    request: Request,
+    session: Session,
+    target: LinkPage,
+    user: User | None,
+    action: str,
+    csrf: str | None,
 ) -> Response:
     if (limited := _limited(request)) is not None:
         return limited
     check_csrf(request, csrf)
-    receipt = _find(request, target)
+    receipt = _find(request, session, target)
     if receipt is None or action != "import":
         return _not_found(request, request.query_params.get("lang"))
     lang = request.query_params.get("lang")
@@ -194,10 +195,10 @@ def _import(
         return RedirectResponse(
             login_url(target.page_path(lang)), status_code=303, headers=LINK_HEADERS
         )
-    with services.db.session() as session:
-        current = session.get(Receipt, receipt.id)
+    with services.db.session() as write:
+        current = write.get(Receipt, receipt.id)
         assert current is not None
-        deliver_to_user(session, current, user.id, via="import", now=services.clock.now())
+        deliver_to_user(write, current, user.id, via="import", now=services.clock.now())
     back = target.page_path(lang, imported=True)
     return RedirectResponse(back, status_code=303, headers=LINK_HEADERS)
 
@@ -209,13 +210,18 @@ def _import(
     responses={404: {"description": "Unknown namespace or receipt identifier (an HTML page)."}},
 )
 def namespace_link_page(
-    request: Request, namespace: str, receipt_path: str, user: CurrentUser, lang: LangQuery = None
+    request: Request,
+    namespace: str,
+    receipt_path: str,
+    session: ReadSession,
+    user: CurrentUser,
+    lang: LangQuery = None,
 ) -> Response:
     parts = _namespace_link_parts(request)
     if parts is None:
         return _not_found(request, lang)
     ns, identifier, is_pdf = parts
-    return _show(request, LinkPage(ns, identifier, pdf=is_pdf), lang, user)
+    return _show(request, session, LinkPage(ns, identifier, pdf=is_pdf), lang, user)
 
 
 @router.post(
@@ -227,6 +233,7 @@ def namespace_link_import(
     request: Request,
     namespace: str,
     receipt_path: str,
+    session: ReadSession,
     user: CurrentUser,
     action: Annotated[str, Form()],
     csrf_token: Annotated[str | None, Form()] = None,
@@ -234,21 +241,23 @@ def namespace_link_import(
     parts = _namespace_link_parts(request)
     if parts is None or parts[2]:
         return _not_found(request, request.query_params.get("lang"))
-    return _import(request, LinkPage(parts[0], parts[1]), user, action, csrf_token)
+    return _import(request, session, LinkPage(parts[0], parts[1]), user, action, csrf_token)
 
 
 @router.get(
     "/r/{token}", response_class=HTMLResponse, summary="A receipt's private link page (no login)"
 )
 def private_link_page(
-    request: Request, token: str, user: CurrentUser, lang: LangQuery = None
+    request: Request, token: str, session: ReadSession, user: CurrentUser, lang: LangQuery = None
 ) -> Response:
-    return _show(request, LinkPage(None, token), lang, user)
+    return _show(request, session, LinkPage(None, token), lang, user)
 
 
 @router.get("/r/{token}/pdf", summary="The PDF of a receipt's private link")
-def private_link_pdf(request: Request, token: str, lang: LangQuery = None) -> Response:
-    return _show(request, LinkPage(None, token, pdf=True), lang)
+def private_link_pdf(
+    request: Request, token: str, session: ReadSession, lang: LangQuery = None
+) -> Response:
+    return _show(request, session, LinkPage(None, token, pdf=True), lang)
 
 
 @router.post(
@@ -259,8 +268,9 @@ def private_link_pdf(request: Request, token: str, lang: LangQuery = None) -> Re
 def private_link_import(
     request: Request,
     token: str,
+    session: ReadSession,
     user: CurrentUser,
     action: Annotated[str, Form()],
     csrf_token: Annotated[str | None, Form()] = None,
 ) -> Response:
-    return _import(request, LinkPage(None, token), user, action, csrf_token)
+    return _import(request, session, LinkPage(None, token), user, action, csrf_token)

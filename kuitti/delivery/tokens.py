@@ -33,6 +33,7 @@ from kuitti.delivery.emails import enqueue_receipt_email
 from kuitti.delivery.service import deliver_to_user, grant
 from kuitti.metrics import RECEIPT_TOKENS
 from kuitti.models import Partner, Receipt
+from kuitti.oauth.tokens import connection_for_user_token
 from kuitti.receipts.schema import Receipt as ReceiptDocument
 from kuitti.receipts.validation import Token, TokenType
 from kuitti.users.service import user_by_email
@@ -134,9 +135,6 @@ class _Delivery:
         return self._to_user(card.user_id, "card_token")
 
     def _user_token(self, jwt: str) -> Status:
-        # Imported here: kuitti.oauth.bearer imports the receipts service, which imports us.
-        from kuitti.oauth.bearer import connection_for_user_token
-
         connection = connection_for_user_token(self.session, self.settings, jwt, now=self.now)
         return self._to_user(connection.user_id if connection else None, "user_token")
 

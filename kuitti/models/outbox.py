@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 from enum import StrEnum
+from typing import ClassVar
 
 from sqlalchemy import ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
@@ -14,35 +15,49 @@ from kuitti.db import Base
 
 
 class DeliveryStatus(StrEnum):
+    """Where a webhook delivery stands."""
+
     PENDING = "pending"
     DELIVERED = "delivered"
     FAILED = "failed"
 
 
-class WebhookDelivery(Base):
-    """One notification to one partner. Its id (as a UUID string) is the Standard Webhooks
-    ``webhook-id``, the same on every attempt and replay.
+class MailStatus(StrEnum):
+    """Where an e-mail stands."""
 
-    A worker claims a due row by setting ``lease_expires_at`` and a fresh ``lease_token``; another
-    worker leaves it alone until the lease expires, and the claimer records its outcome only while
-    the token is still its own.
-    """
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"
 
-    __tablename__ = "webhook_deliveries"
-    __table_args__ = (Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),)
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
-    partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), index=True)
-    notification_type: Mapped[str] = mapped_column(String(64))
-    payload: Mapped[str] = mapped_column(Text)
-    # Card-issuer webhooks carry the bare key in Authorization; the others 'Token <key>'.
-    bare_authorization: Mapped[bool] = mapped_column(default=False)
-    status: Mapped[str] = mapped_column(String(16), default="pending")
+class OutboxRow:
+    """The columns every outbox row has: its status, its retry state and the lease a worker
+    holds while it sends it (``kuitti.outbox``)."""
+
+    PENDING: ClassVar[str] = "pending"  # the status of a row waiting to be sent, in both outboxes
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4, sort_order=-1)
+    status: Mapped[str] = mapped_column(String(16))
     attempt_count: Mapped[int] = mapped_column(default=0)
     next_attempt_at: Mapped[datetime]
     lease_expires_at: Mapped[datetime | None]
     lease_token: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[datetime]
+
+
+class WebhookDelivery(OutboxRow, Base):
+    """One notification to one partner. Its id (as a UUID string) is the Standard Webhooks
+    ``webhook-id``, the same on every attempt and replay. ``status`` is a ``DeliveryStatus``.
+    """
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),)
+
+    partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), index=True)
+    notification_type: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[str] = mapped_column(Text)
+    # Card-issuer webhooks carry the bare key in Authorization; the others 'Token <key>'.
+    bare_authorization: Mapped[bool] = mapped_column(default=False)
     delivered_at: Mapped[datetime | None]
 
     attempts: Mapped[list[WebhookAttempt]] = relationship(
@@ -63,23 +78,17 @@ class WebhookAttempt(Base):
     delivery: Mapped[WebhookDelivery] = relationship(back_populates="attempts")
 
 
-class MailMessage(Base):
-    """An e-mail waiting to be sent. ``receipt_pdf_id`` asks the sender to attach that receipt's
-    PDF (rendered at send time, not in the request)."""
+class MailMessage(OutboxRow, Base):
+    """An e-mail waiting to be sent; ``status`` is a ``MailStatus``. ``receipt_pdf_id`` asks the
+    sender to attach that receipt's PDF (rendered at send time, not in the request)."""
 
     __tablename__ = "mail_messages"
     __table_args__ = (Index("ix_mail_messages_due", "status", "next_attempt_at"),)
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
     to_address: Mapped[str] = mapped_column(String(320))
     subject: Mapped[str] = mapped_column(String(500))
     text_body: Mapped[str] = mapped_column(Text)
     html_body: Mapped[str | None] = mapped_column(Text)
     receipt_pdf_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("receipts.id"))
-    status: Mapped[str] = mapped_column(String(16), default="pending")
-    attempt_count: Mapped[int] = mapped_column(default=0)
-    next_attempt_at: Mapped[datetime]
-    lease_expires_at: Mapped[datetime | None]
     last_error: Mapped[str | None] = mapped_column(String(1000))
-    created_at: Mapped[datetime]
     sent_at: Mapped[datetime | None]

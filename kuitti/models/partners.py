@@ -40,8 +40,13 @@ class Partner(Base):
     # its webhooks wait until it is enabled again.
     disabled_at: Mapped[datetime | None] = mapped_column(default=None)
 
+    # "expunge": a partner detached for the process's partner cache takes its namespaces along,
+    # so the end of the session that loaded it cannot expire them under the cache.
     namespaces: Mapped[list[Namespace]] = relationship(
-        back_populates="partner", lazy="selectin", order_by="Namespace.position"
+        back_populates="partner",
+        lazy="selectin",
+        order_by="Namespace.position",
+        cascade="save-update, merge, expunge",
     )
 
     def has_role(self, role: PartnerRole) -> bool:

@@ -19,8 +19,10 @@ from kuitti.metrics import OAUTH_DECISIONS, OAUTH_TOKEN_REQUESTS
 from kuitti.models import Connection, Partner, User
 from kuitti.oauth import keys
 from kuitti.oauth import service as oauth
-from kuitti.oauth.bearer import bearer_token, verify_access_token
+from kuitti.oauth.bearer import bearer_token
 from kuitti.oauth.scopes import Scope, parse_scope, scope_string
+from kuitti.oauth.tokens import verify_access_token
+from kuitti.partners.auth import ServiceApiKey
 from kuitti.partners.service import partner_by_api_key
 from kuitti.responses import ORJSONResponse
 from kuitti.security import SecretBox
@@ -213,11 +215,8 @@ def token(
 def revoke(
     services: ServicesDep,
     session: WriteSession,
+    app_key: ServiceApiKey,
     authorization: Annotated[str | None, Header()] = None,
-    service_apikey: Annotated[
-        str | None, Header(alias="SERVICE_APIKEY", convert_underscores=False)
-    ] = None,
-    service_apikey_dashed: Annotated[str | None, Header(alias="Service-Apikey")] = None,
 ) -> dict[str, Any]:
     """Endpoint 6. Ends the connection (its ``service_id``) and with it every token; the partner
     gets no webhook for its own revoke."""
@@ -229,7 +228,6 @@ def revoke(
         connection = verify_access_token(session, services.settings, token_value, now=now)
     except Unauthorized:
         raise NotFound("No active connection has this token.") from None
-    app_key = service_apikey or service_apikey_dashed
     if app_key is not None:
         partner = partner_by_api_key(session, app_key)
         if partner is None or partner.id != connection.partner_id:
@@ -243,14 +241,13 @@ def revoke(
 
 
 @router.get("/.well-known/jwks.json", tags=["oauth"], summary="Token signing keys (JWKS)")
-def jwks(services: ServicesDep) -> ORJSONResponse:
-    with services.db.session(write=False) as session:
-        body = keys.jwks(session)
+def jwks(services: ServicesDep, session: ReadSession) -> ORJSONResponse:
+    body = keys.jwks(session)
     if not body["keys"]:
         # Publish a key before the first token is signed, so clients can cache it.
-        with services.db.session() as session:
-            keys.current_key(session, _box(services), now=services.clock.now())
-            body = keys.jwks(session)
+        with services.db.session() as write:
+            keys.current_key(write, _box(services), now=services.clock.now())
+            body = keys.jwks(write)
     return ORJSONResponse(body, headers={"Cache-Control": "public, max-age=300"})
 
 

@@ -20,10 +20,12 @@ from joserfc.jwt import JWTClaimsRegistry
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from kuitti.clock import SystemClock
 from kuitti.config import Settings
 from kuitti.errors import Unauthorized
 from kuitti.models import Connection, IssuedToken, Partner
 from kuitti.oauth import keys
+from kuitti.oauth.scopes import Scope
 from kuitti.security import SecretBox
 
 # Partners hold one token per connection and have no refresh token (the interface has none), so
@@ -111,9 +113,15 @@ def decode_claims(
     return dict(decoded.claims)
 
 
-def verify(session: Session, settings: Settings, token: str, *, now: datetime) -> Connection:
-    """The active connection a valid, unrevoked token stands for."""
-    claims = decode_claims(session, settings, token, now=now)
+def verify_access_token(
+    session: Session, settings: Settings, token: str, *, now: datetime | None = None
+) -> Connection:
+    """The active connection of a valid token; ``InvalidToken`` (an ``Unauthorized``) otherwise.
+
+    Checks the ES256 signature with a key stored in the database, ``iss``, ``exp``, that the
+    ``jti`` was issued and not revoked and that the connection is active. Pass the injected
+    clock's ``now`` (tests move it); without it the system clock is used."""
+    claims = decode_claims(session, settings, token, now=now or SystemClock().now())
     issued = session.get(IssuedToken, str(claims["jti"]))
     if issued is None or issued.revoked_at is not None:
         raise InvalidToken("The token has been revoked.")
@@ -128,6 +136,18 @@ def verify(session: Session, settings: Settings, token: str, *, now: datetime) -
     if partner is None or partner.disabled_at is not None or claims["aud"] != partner.client_id:
         raise InvalidToken("The token is not valid.")
     return connection
+
+
+def connection_for_user_token(
+    session: Session, settings: Settings, token: str, *, now: datetime | None = None
+) -> Connection | None:
+    """The connection of a ``USER`` token in a create-receipt request: None when the token is
+    invalid, revoked or the connection lacks ``receipt:write``."""
+    try:
+        connection = verify_access_token(session, settings, token, now=now)
+    except Unauthorized:
+        return None
+    return connection if Scope.RECEIPT_WRITE.value in connection.scopes else None
 
 
 def revoke_tokens_from_code(session: Session, code_hash: str, *, now: datetime) -> int:

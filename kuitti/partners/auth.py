@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Header
+from sqlalchemy.orm import Session
 
-from kuitti.deps import ServicesDep
+from kuitti.deps import ReadSession, ServicesDep
 from kuitti.errors import Forbidden, Unauthorized, UnsupportedMediaType
 from kuitti.models import Partner, PartnerRole
 from kuitti.partners.service import partner_by_key_digest
 from kuitti.security import hash_secret
+from kuitti.services import Services
 
 
 def api_key_from_header(authorization: str | None) -> str | None:
@@ -25,14 +27,17 @@ def api_key_from_header(authorization: str | None) -> str | None:
     return scheme
 
 
-def authenticate_partner(services: ServicesDep, authorization: str | None) -> Partner:
+def authenticate_partner(
+    services: Services, session: Session, authorization: str | None
+) -> Partner:
+    """The enabled partner of the key, read through ``session`` (the request's session).
+
+    Looked up on every request, never cached in the process: a key rotated or a partner
+    disabled by the operator (from another process) is refused by the very next request."""
     key = api_key_from_header(authorization)
     if key is None:
         raise Unauthorized("Send the partner API key as 'Authorization: Token <API_KEY>'.")
-    # Looked up on every request, never cached in the process: a key rotated or a partner
-    # disabled by the operator (another process) is refused by the very next request.
-    with services.db.session(write=False) as session:
-        partner = partner_by_key_digest(session, hash_secret(key))
+    partner = partner_by_key_digest(session, hash_secret(key))
     if partner is None:
         raise Unauthorized("The API key is not valid.")
     return partner
@@ -45,15 +50,20 @@ def require_role(partner: Partner, role: PartnerRole) -> Partner:
 
 
 def _merchant(
-    services: ServicesDep, authorization: Annotated[str | None, Header()] = None
+    services: ServicesDep,
+    session: ReadSession,
+    authorization: Annotated[str | None, Header()] = None,
 ) -> Partner:
-    return require_role(authenticate_partner(services, authorization), PartnerRole.MERCHANT)
+    partner = authenticate_partner(services, session, authorization)
+    return require_role(partner, PartnerRole.MERCHANT)
 
 
 def _any_partner(
-    services: ServicesDep, authorization: Annotated[str | None, Header()] = None
+    services: ServicesDep,
+    session: ReadSession,
+    authorization: Annotated[str | None, Header()] = None,
 ) -> Partner:
-    return authenticate_partner(services, authorization)
+    return authenticate_partner(services, session, authorization)
 
 
 MerchantPartner = Annotated[Partner, Depends(_merchant)]

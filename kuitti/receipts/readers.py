@@ -7,23 +7,27 @@ from typing import Annotated
 
 from fastapi import Depends, Header
 
-from kuitti.deps import ServicesDep
+from kuitti.deps import Now, ReadSession, ServicesDep
 from kuitti.errors import Unauthorized
-from kuitti.oauth.bearer import connection_reader
+from kuitti.oauth.bearer import reading_connection
 from kuitti.partners.auth import ServiceApiKey, authenticate_partner
 from kuitti.receipts.service import Reader
 
 
 def _reader(
     services: ServicesDep,
+    session: ReadSession,
+    now: Now,
     app_key: ServiceApiKey,
     authorization: Annotated[str | None, Header()] = None,
 ) -> Reader:
     if authorization and authorization.lower().startswith("bearer "):
         if not app_key:
             raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")
-        return connection_reader(services, app_key, authorization[7:].strip())
-    partner = authenticate_partner(services, authorization or app_key)
+        token = authorization[7:].strip()
+        connection = reading_connection(session, services.settings, app_key, token, now=now)
+        return Reader(partner_id=connection.partner_id, user_id=connection.user_id)
+    partner = authenticate_partner(services, session, authorization or app_key)
     return Reader(partner_id=partner.id)
 
 

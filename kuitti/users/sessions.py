@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse
 from starlette.responses import Response
 
-from kuitti.deps import ServicesDep, WriteSession
+from kuitti.deps import Now, ReadSession, ServicesDep, WriteSession
 from kuitti.errors import KuittiError
 from kuitti.metrics import LOGINS
 from kuitti.models import User
@@ -77,12 +77,11 @@ class LoginRequired(KuittiError):
         return {"Location": login_url(self.next_path), "Cache-Control": "no-store"}
 
 
-def _current_user(request: Request, services: ServicesDep) -> User | None:
+def _current_user(request: Request, session: ReadSession, now: Now) -> User | None:
     token = request.cookies.get(SESSION_COOKIE)
     if not token:
         return None
-    with services.db.session(write=False) as session:
-        return users.user_for_session(session, token, now=services.clock.now())
+    return users.user_for_session(session, token, now=now)
 
 
 CurrentUser = Annotated[User | None, Depends(_current_user)]

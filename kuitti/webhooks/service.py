@@ -23,7 +23,7 @@ def _iso(moment: datetime | None) -> str | None:
 
 
 def delivery_json(delivery: WebhookDelivery) -> dict[str, Any]:
-    """One entry of the delivery log, as SPEC §11 gives it."""
+    """One entry of the delivery log (``kuitti webhooks list --json``)."""
     pending = delivery.status == DeliveryStatus.PENDING
     return {
         "delivery_id": str(delivery.id),
@@ -55,7 +55,7 @@ def list_deliveries(
     if partner_id is not None:
         query = query.where(WebhookDelivery.partner_id == partner_id)
     if status is not None:
-        query = query.where(WebhookDelivery.status == status.value)
+        query = query.where(WebhookDelivery.status == status)
     return list(session.scalars(query.limit(limit)))
 
 
@@ -69,7 +69,7 @@ def replay(session: Session, delivery_id: uuid.UUID, *, now: datetime) -> Webhoo
         delivery.attempt_count = 0
         delivery.lease_expires_at = None
         delivery.lease_token = None
-    delivery.status = DeliveryStatus.PENDING.value
+    delivery.status = DeliveryStatus.PENDING
     delivery.next_attempt_at = now
     delivery.delivered_at = None
     announce(session)

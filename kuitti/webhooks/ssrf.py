@@ -36,10 +36,48 @@ class Target:
     sni_hostname: str | None = None
 
 
+# NAT64 prefixes (RFC 6052, RFC 8215): the IPv6 address carries the IPv4 one the translator
+# connects to. The well-known prefix embeds it in the last 32 bits; the local-use prefix may be
+# used with any of the RFC 6052 lengths, so every possible position is checked there.
+NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
+NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")
+# RFC 6052 §2.2: where the IPv4 bytes sit for the /96, /64, /56 and /48 prefix lengths (byte 8,
+# the "u" octet, is always skipped).
+NAT64_EMBEDDINGS = ((12, 13, 14, 15), (9, 10, 11, 12), (7, 9, 10, 11), (6, 7, 9, 10))
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses a transition address really reaches: IPv4-mapped, 6to4 (2002::/16),
+    Teredo (2001::/32: server and client) and NAT64. Empty for a plain IPv6 address."""
+    if address.ipv4_mapped is not None:
+        return [address.ipv4_mapped]
+    if address.sixtofour is not None:
+        return [address.sixtofour]
+    if address.teredo is not None:
+        return list(address.teredo)
+    packed = address.packed
+    if address in NAT64_WELL_KNOWN:
+        return [ipaddress.IPv4Address(packed[12:])]
+    if address in NAT64_LOCAL_USE:
+        return [ipaddress.IPv4Address(bytes(packed[i] for i in at)) for at in NAT64_EMBEDDINGS]
+    return []
+
+
 def refusal_reason(address: IPAddress) -> str | None:
-    """Why a webhook may not go to this address, or None when it is a public address."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    """Why a webhook may not go to this address, or None when it is a public address.
+
+    An IPv6 address that wraps an IPv4 one (IPv4-mapped, 6to4, Teredo, NAT64) is judged by what
+    it wraps: ``2002:a9fe:a9fe::`` reaches 169.254.169.254 through a 6to4 relay."""
+    if isinstance(address, ipaddress.IPv6Address):
+        wrapped = embedded_ipv4(address)
+        if wrapped:
+            reasons = [_plain_refusal_reason(inner) for inner in wrapped]
+            refused = next((reason for reason in reasons if reason is not None), None)
+            return f"{refused} (wrapped in {address})" if refused else None
+    return _plain_refusal_reason(address)
+
+
+def _plain_refusal_reason(address: IPAddress) -> str | None:
     for flag, name in (
         (address.is_loopback, "a loopback"),
         (address.is_link_local, "a link-local"),

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-23 15:49:51.906178
+Create Date: 2026-11-23 15:54:32.742329
 """
 
 from collections.abc import Sequence
@@ -215,13 +215,13 @@ def upgrade() -> None:
         sa.Column("notification_type", sa.String(length=64), nullable=False),
         sa.Column("payload", sa.Text(), nullable=False),
         sa.Column("bare_authorization", sa.Boolean(), nullable=False),
+        sa.Column("delivered_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("attempt_count", sa.Integer(), nullable=False),
         sa.Column("next_attempt_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
         sa.Column("lease_expires_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("lease_token", sa.String(length=32), nullable=True),
         sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("delivered_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["partner_id"], ["partners.id"], name=op.f("fk_webhook_deliveries_partner_id_partners")
         ),
@@ -330,13 +330,14 @@ def upgrade() -> None:
         sa.Column("text_body", sa.Text(), nullable=False),
         sa.Column("html_body", sa.Text(), nullable=True),
         sa.Column("receipt_pdf_id", sa.Uuid(), nullable=True),
+        sa.Column("last_error", sa.String(length=1000), nullable=True),
+        sa.Column("sent_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("attempt_count", sa.Integer(), nullable=False),
         sa.Column("next_attempt_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
         sa.Column("lease_expires_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("last_error", sa.String(length=1000), nullable=True),
+        sa.Column("lease_token", sa.String(length=32), nullable=True),
         sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("sent_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["receipt_pdf_id"],
             ["receipts.id"],

@@ -4,7 +4,7 @@ import httpx
 import pytest
 
 from kuitti.clock import FrozenClock
-from kuitti.deps import Services
+from kuitti.services import Services
 from tests.cards.support import World, make_world
 
 

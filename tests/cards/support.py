@@ -12,10 +12,10 @@ import httpx
 import orjson
 from sqlalchemy import select
 
-from kuitti.cards.matching import settle_due_matches
+from kuitti.cards.explain import explain_receipt
 from kuitti.cards.service import check_card_request, enroll_card
+from kuitti.cards.settler import settle_due_matches
 from kuitti.clock import FrozenClock
-from kuitti.deps import Services
 from kuitti.models import (
     Connection,
     PartnerRole,
@@ -26,6 +26,7 @@ from kuitti.models import (
 )
 from kuitti.models.cards import CardMatch
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
 from tests.factories import (
     add_connection,
     auth,
@@ -190,8 +191,6 @@ class World:
         return str(found[0].card_id) if found else None
 
     def explain(self, receipt_id: str) -> dict[str, Any]:
-        from kuitti.cards.matching import explain_receipt
-
         with self.services.db.session(write=False) as session:
             return explain_receipt(session, uuid.UUID(receipt_id), self.services.clock.now())
 

@@ -1,4 +1,4 @@
-"""The matching rules of SPEC §7, each through the HTTP API, in both orders of arrival."""
+"""The matching rules, each through the HTTP API, in both orders of arrival."""
 
 from __future__ import annotations
 
@@ -156,36 +156,58 @@ class TestWindows:
         )
         assert world.owners(world.receipt()) == set()
 
-    def test_clearing_window_bounds(self, world: World) -> None:
+    def test_a_clearing_stamped_days_after_the_payment_delivers_the_waiting_receipt(
+        self, world: World
+    ) -> None:
+        # Issuers stamp a clearing when it clears: here three and a half days after the
+        # purchase, with no auth before it and no codes on either side.
         world.enroll()
-        # A clearing fits a payment from 15 min before it to 7 days after it.
-        world.transaction(
-            kind="clearing", at=PAID_AT + timedelta(minutes=15), authorization_code=AUTH_CODE
-        )
-        early = world.receipt()
-        assert world.owners(early) == {world.user.id}
+        world.clock.set(PAID_AT)
+        receipt = world.receipt(authorizationCode=None, referenceNumber=None)
+        world.later(days=3, hours=12)
+        world.transaction(kind="clearing", at=PAID_AT + timedelta(days=3, hours=12))
+        assert world.owners(receipt) == {world.user.id}
+        match = world.explain(receipt)["card_payments"][0]["match"]
+        assert match["window"] == "clearing (15 min before to 7 days after the payment)"
 
-    def test_clearing_seven_days_before_the_payment_fits(self, world: World) -> None:
+    def test_clearing_window_bounds_are_inclusive(self, world: World) -> None:
         world.enroll()
-        world.clock.set(PAID_AT - timedelta(days=7))
         world.transaction(
-            kind="clearing", at=PAID_AT - timedelta(days=7), authorization_code=AUTH_CODE
+            kind="clearing", at=PAID_AT - timedelta(minutes=15), authorization_code=AUTH_CODE
         )
         assert world.owners(world.receipt()) == {world.user.id}
+        world.clock.set(PAID_AT)
+        late = world.receipt(authorizationCode="LATE01")
+        world.clock.set(PAID_AT + timedelta(days=7))
+        world.transaction(
+            kind="clearing", at=PAID_AT + timedelta(days=7), authorization_code="LATE01"
+        )
+        assert world.owners(late) == {world.user.id}
 
     def test_just_outside_the_clearing_window_does_not_fit(self, world: World) -> None:
         world.enroll()
-        world.clock.set(PAID_AT - timedelta(days=7, seconds=1))
+        world.clock.set(PAID_AT)
+        receipt = world.receipt()
         world.transaction(
             kind="clearing",
-            at=PAID_AT - timedelta(days=7, seconds=1),
+            at=PAID_AT - timedelta(minutes=15, seconds=1),
             authorization_code=AUTH_CODE,
         )
+        world.clock.set(PAID_AT + timedelta(days=7))
         world.transaction(
             kind="clearing",
-            at=PAID_AT + timedelta(minutes=15, seconds=1),
+            at=PAID_AT + timedelta(days=7, seconds=1),
             authorization_code=AUTH_CODE,
         )
+        assert world.owners(receipt) == set()
+
+    def test_a_clearing_days_before_the_payment_does_not_fit(self, world: World) -> None:
+        world.enroll()
+        world.clock.set(PAID_AT - timedelta(days=3))
+        world.transaction(
+            kind="clearing", at=PAID_AT - timedelta(days=3), authorization_code=AUTH_CODE
+        )
+        world.clock.set(PAID_AT)
         assert world.owners(world.receipt()) == set()
 
     def test_payment_time_falls_back_to_the_receipt_time(self, world: World) -> None:

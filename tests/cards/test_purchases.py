@@ -3,9 +3,9 @@ refunds and expiry from the matching set — through the HTTP API."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from tests.cards.support import AUTH_CODE, PAID_AT, World, two_card_payments
+from tests.cards.support import AUTH_CODE, PAID_AT, PAN, World, iso, two_card_payments
 from tests.factories import card_payment, make_user, product_row, receipt_doc
 
 
@@ -129,21 +129,109 @@ class TestTies:
         assert world.owners(waiting) == {world.user.id}
 
 
+class TestClearedDaysLater:
+    """Clearings stamped when they clear fit every payment of the past week: a daily coffee of
+    the same amount at the same merchant makes several receipts fit several clearings."""
+
+    def _coffee(self, world: World, day: int, masked_pan: str = PAN) -> str:
+        world.clock.set(PAID_AT + timedelta(days=day))
+        return world.receipt(
+            timeStamp=iso(PAID_AT + timedelta(days=day)),
+            maskedPAN=masked_pan,
+            authorizationCode=None,
+            referenceNumber=None,
+        )
+
+    def _clearing(self, world: World, card: str, at: datetime) -> None:
+        world.clock.set(at)
+        world.transaction(card, kind="clearing", at=at)
+
+    def test_a_daily_coffee_goes_to_its_card_one_purchase_each(self, world: World) -> None:
+        world.enroll()
+        receipts = [self._coffee(world, day) for day in range(3)]
+        # Tuesday's cleared first; Monday's and Wednesday's only on Thursday.
+        self._clearing(world, "card-1", PAID_AT + timedelta(days=2, hours=2))
+        assert {world.why(r) for r in receipts} == {"contested"}
+        self._clearing(world, "card-1", PAID_AT + timedelta(days=3))
+        assert all(world.owners(r) == set() for r in receipts)
+        self._clearing(world, "card-1", PAID_AT + timedelta(days=3, hours=1))
+        assert all(world.owners(r) == {world.user.id} for r in receipts)
+        assert len({m.purchase_id for m in world.matches()}) == 3
+
+    def test_a_tie_between_two_cards_resolves_to_the_right_one(self, world: World) -> None:
+        other_user = make_user(world.services, "matti@example.com")
+        world.enroll("card-a")
+        world.enroll("card-b", "552211******1234", user=other_user)
+        mine = self._coffee(world, 0, masked_pan="************1234")
+        theirs = self._coffee(world, 1, masked_pan="552211******1234")
+        # Card B's clearing fits both receipts (mine shows only the last four digits).
+        self._clearing(world, "card-b", PAID_AT + timedelta(days=1, hours=2))
+        assert world.owners(mine) == world.owners(theirs) == set()
+        # Card A's clearing fits only mine: mine could be A's or B's, theirs only B's, and
+        # giving each receipt its own purchase leaves one way.
+        self._clearing(world, "card-a", PAID_AT + timedelta(days=1, hours=6))
+        assert world.owners(theirs) == {other_user.id}
+        assert world.owners(mine) == {world.user.id}
+
+    def test_a_tie_nothing_can_tell_apart_waits(self, world: World) -> None:
+        other_user = make_user(world.services, "matti@example.com")
+        world.enroll("card-a")
+        world.enroll("card-b", "552211******1234", user=other_user)
+        first = self._coffee(world, 0, masked_pan="************1234")
+        second = self._coffee(world, 1, masked_pan="************1234")
+        self._clearing(world, "card-b", PAID_AT + timedelta(days=1, hours=2))
+        self._clearing(world, "card-a", PAID_AT + timedelta(days=1, hours=6))
+        world.later(days=1)
+        world.settle()
+        assert world.matches() == []
+        assert {world.why(first), world.why(second)} == {"tied"}
+
+    def test_a_stranger_with_the_same_masked_pan_makes_the_purchase_wait(
+        self, world: World
+    ) -> None:
+        world.enroll()
+        mine = self._coffee(world, 0)
+        strangers = self._coffee(world, 1)  # a card nobody enrolled, same BIN and last four
+        self._clearing(world, "card-1", PAID_AT + timedelta(days=1, hours=3))
+        world.later(days=1)
+        world.settle()
+        assert world.matches() == []
+        assert world.why(mine) == world.why(strangers) == "contested"
+
+
 class TestPilotCards:
     def _pilot(self, world: World, masked_pan: str = "415301******1234") -> object:
         return world.pilot_bank(masked_pan)
 
-    def test_masked_pan_alone_matches_a_pilot_card(self, world: World) -> None:
+    def test_masked_pan_alone_matches_a_pilot_card_at_once(self, world: World) -> None:
         bank = self._pilot(world)
         world.clock.set(PAID_AT)
         receipt = world.receipt()
-        assert world.why(receipt) == "awaiting_window"
-        world.later(minutes=15)
-        world.settle()
+        # Real time: in the receipt's own transaction, with no sweep and no time passing.
         assert bank.partner.id in world.readers(receipt)  # type: ignore[attr-defined]
         match = world.explain(receipt)["card_payments"][0]["match"]
         assert match["kind"] == "masked_pan_only"
+        assert match["delivered"].startswith("at once: a pilot card")
         assert len(world.webhooks("full_receipt_notification")) == 1
+
+    def test_a_pilot_card_waits_when_another_enrolled_card_agrees(self, world: World) -> None:
+        bank = self._pilot(world)
+        world.enroll("card-9", "415301******1234")  # another issuer's card, same masked PAN
+        world.clock.set(PAID_AT)
+        receipt = world.receipt()
+        assert world.why(receipt) == "awaiting_window"
+        assert world.webhooks("full_receipt_notification") == []
+        world.later(minutes=15)
+        world.settle()
+        assert bank.partner.id in world.readers(receipt)  # type: ignore[attr-defined]
+        assert len(world.webhooks("full_receipt_notification")) == 1
+
+    def test_a_pilot_card_agreeing_only_on_the_last_four_does_not_count(self, world: World) -> None:
+        bank = self._pilot(world)
+        world.enroll("card-9", "552211******1234")  # agrees on the last four only
+        world.clock.set(PAID_AT)
+        receipt = world.receipt()
+        assert bank.partner.id in world.readers(receipt)  # type: ignore[attr-defined]
 
     def test_masked_pan_alone_never_matches_an_ordinary_card(self, world: World) -> None:
         world.enroll()

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from kuitti.deps import Services
 from kuitti.models import User
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
 from tests.conftest import LiveServer
 from tests.delivery.support import make_merchant
 from tests.factories import make_user
@@ -29,5 +29,4 @@ def fresh_link_rate_limit(live_server: LiveServer) -> None:
     """Every test starts at the same frozen minute, so the shared server's per-client link limit
     would otherwise count requests across tests."""
     app: Any = live_server.server.config.app
-    if hasattr(app.state, "link_rate_limiter"):
-        del app.state.link_rate_limiter
+    app.state.services.link_rate_limiter.clear()

@@ -10,7 +10,6 @@ from typing import Any
 import httpx
 from sqlalchemy import select
 
-from kuitti.deps import Services
 from kuitti.models import (
     Card,
     MailMessage,
@@ -22,6 +21,7 @@ from kuitti.models import (
 )
 from kuitti.oauth.tokens import issue_access_token
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
 from kuitti.users.service import create_user
 from tests.factories import add_connection, auth, make_partner
 

@@ -15,7 +15,7 @@ from PIL import Image
 from playwright.sync_api import Browser, Page
 from pypdf import PdfReader
 
-from kuitti.deps import Services
+from kuitti.services import Services
 from tests.browser import needs_chromium
 from tests.conftest import LiveServer
 from tests.delivery.support import make_merchant, owners, post_receipt

@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from kuitti.clock import FrozenClock
-from kuitti.deps import Services
 from kuitti.models import User
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
 from tests.conftest import LiveServer, free_port
 from tests.delivery.support import connect, make_app, make_merchant, owners, post_receipt, webhooks
 from tests.factories import card_payment, many_rows, product_row, receipt_doc, token_body

@@ -20,10 +20,10 @@ from pypdf import PdfReader
 
 from kuitti.clock import FrozenClock
 from kuitti.delivery.mail import send_due_mail
-from kuitti.deps import Services
 from kuitti.models import User
 from kuitti.partners.service import NewPartner
-from kuitti.webhooks.worker import run_worker
+from kuitti.services import Services
+from kuitti.worker import run_worker
 from tests.conftest import free_port
 from tests.delivery.support import mail_rows, post_receipt
 from tests.factories import product_row, receipt_doc, token_body
@@ -171,7 +171,10 @@ class TestReceiptEmail:
         assert row.last_error
         assert send_due_mail(down) == 0  # not due again yet
         assert mail_rows(services)[0].attempt_count == 1
-        clock.advance(services.settings.webhook_retry_schedule[0])
+        wait = (row.next_attempt_at - services.clock.now()).total_seconds()
+        first = services.settings.webhook_retry_schedule[0]
+        assert first * 0.9 <= wait <= first * 1.1  # the schedule's first delay, ±10 % jitter
+        clock.set(row.next_attempt_at)
         with SmtpServer(smtp_port) as server:
             assert send_due_mail(down) == 1
         assert len(server.inbox.messages) == 1

@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from kuitti.clock import FrozenClock
-from kuitti.deps import Services
 from kuitti.models import PartnerRole, User
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
 from tests.delivery.support import (
     connect,
     enroll_card,

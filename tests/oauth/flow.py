@@ -14,9 +14,9 @@ import httpx
 import orjson
 
 from kuitti.delivery.service import deliver_to_user
-from kuitti.deps import Services
 from kuitti.models import PartnerRole, Receipt
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
 from tests.factories import auth, make_partner, receipt_doc
 
 REDIRECT_URI = "https://bank.example/oauth/callback"

@@ -10,8 +10,8 @@ import orjson
 import pytest
 from sqlalchemy import func, select
 
-from kuitti.deps import Services
 from kuitti.models import AuthorizationCode, Connection
+from kuitti.services import Services
 from tests.factories import make_user
 from tests.oauth.flow import (
     REDIRECT_URI,

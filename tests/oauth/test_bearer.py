@@ -1,4 +1,4 @@
-"""The contracts other domains use: verify_access_token, connection_reader, USER tokens,
+"""The contracts other domains use: verify_access_token, reading_connection, USER tokens,
 AppConnection — against tokens issued through the real flow."""
 
 from __future__ import annotations
@@ -9,17 +9,20 @@ import httpx
 import pytest
 
 from kuitti.clock import FrozenClock
-from kuitti.deps import Services
 from kuitti.errors import InsufficientScope, Unauthorized
 from kuitti.models import Connection
-from kuitti.oauth.bearer import (
-    connection_for_user_token,
-    connection_reader,
-    optional_connection,
-    verify_access_token,
-)
+from kuitti.oauth.bearer import optional_connection, reading_connection
+from kuitti.oauth.tokens import connection_for_user_token, verify_access_token
+from kuitti.services import Services
 from tests.factories import make_user
 from tests.oauth.flow import connect, make_app
+
+
+def read_as(services: Services, app_key: str, token: str) -> Connection:
+    with services.db.session(write=False) as session:
+        return reading_connection(
+            session, services.settings, app_key, token, now=services.clock.now()
+        )
 
 
 class TestVerifyAccessToken:
@@ -54,16 +57,16 @@ class TestVerifyAccessToken:
             verify_access_token(session, services.settings, "not.a.jwt")
 
 
-class TestConnectionReader:
+class TestReadingConnection:
     def test_reads_for_the_user_with_the_partner_key(
         self, client: httpx.Client, services: Services
     ) -> None:
         app = make_app(services)
         user = make_user(services, "maija@example.com")
         token = connect(client, app, "maija@example.com")
-        reader = connection_reader(services, app.api_key, token)
-        assert reader.partner_id == app.partner.id
-        assert reader.user_id == user.id
+        reading = read_as(services, app.api_key, token)
+        assert reading.partner_id == app.partner.id
+        assert reading.user_id == user.id
 
     def test_another_partners_key_is_unauthorized(
         self, client: httpx.Client, services: Services
@@ -73,7 +76,7 @@ class TestConnectionReader:
         make_user(services, "maija@example.com")
         token = connect(client, app, "maija@example.com")
         with pytest.raises(Unauthorized):
-            connection_reader(services, other.api_key, token)
+            read_as(services, other.api_key, token)
 
     def test_a_write_only_token_may_not_read(
         self, client: httpx.Client, services: Services
@@ -82,7 +85,7 @@ class TestConnectionReader:
         make_user(services, "maija@example.com")
         token = connect(client, app, "maija@example.com", scope="receipt:write")
         with pytest.raises(InsufficientScope):
-            connection_reader(services, app.api_key, token)
+            read_as(services, app.api_key, token)
 
 
 class TestUserToken:

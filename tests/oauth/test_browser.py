@@ -10,7 +10,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Route
 
-from kuitti.deps import Services
+from kuitti.services import Services
 from tests.browser import needs_chromium
 from tests.conftest import LiveServer
 from tests.factories import make_user

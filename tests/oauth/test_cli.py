@@ -11,7 +11,7 @@ import orjson
 from typer.testing import CliRunner
 
 from kuitti.cli import app
-from kuitti.deps import Services
+from kuitti.services import Services
 from tests.oauth.flow import connect, log_in, make_app
 
 

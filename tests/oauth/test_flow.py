@@ -13,9 +13,9 @@ import pytest
 from authlib.deprecate import AuthlibDeprecationWarning
 from sqlalchemy import func, select
 
-from kuitti.deps import Services
 from kuitti.models import Connection, WebhookDelivery
-from kuitti.oauth.bearer import verify_access_token
+from kuitti.oauth.tokens import verify_access_token
+from kuitti.services import Services
 from tests.conftest import LiveServer
 from tests.factories import make_user
 from tests.oauth.flow import (

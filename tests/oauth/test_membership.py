@@ -10,9 +10,9 @@ import orjson
 import pytest
 from sqlalchemy import select
 
-from kuitti.deps import Services
 from kuitti.models import Connection, WebhookDelivery
 from kuitti.partners.service import NewPartner
+from kuitti.services import Services
 from tests.factories import make_user
 from tests.oauth.flow import (
     REDIRECT_URI,

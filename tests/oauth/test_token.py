@@ -13,12 +13,12 @@ from joserfc.jwk import ECKey
 from sqlalchemy import func, select
 
 from kuitti.clock import FrozenClock
-from kuitti.deps import Services
 from kuitti.models import IssuedToken, SigningKey
 from kuitti.oauth import keys
 from kuitti.oauth.tokens import ACCESS_TOKEN_TTL_SECONDS
 from kuitti.partners.service import NewPartner
 from kuitti.security import SecretBox
+from kuitti.services import Services
 from tests.factories import make_user
 from tests.oauth.flow import (
     REDIRECT_URI,

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import event
 
-from kuitti.deps import Services
 from kuitti.errors import Unauthorized
 from kuitti.partners.auth import api_key_from_header, authenticate_partner
+from kuitti.services import Services
 
 
 @contextmanager
@@ -45,6 +45,10 @@ def test_key_from_header(header: str | None, key: str | None) -> None:
 
 def test_a_wrong_key_always_asks_the_database(services: Services) -> None:
     for _ in range(2):
-        with counted_statements(services) as statements, pytest.raises(Unauthorized):
-            authenticate_partner(services, "Token kt_wrong")
+        with (
+            counted_statements(services) as statements,
+            services.db.session(write=False) as session,
+            pytest.raises(Unauthorized),
+        ):
+            authenticate_partner(services, session, "Token kt_wrong")
         assert any("FROM partners" in s for s in statements)

@@ -8,9 +8,9 @@ import uuid
 import httpx
 import pytest
 
-from kuitti.deps import Services
 from kuitti.models import Partner, PartnerRole
 from kuitti.security import SecretBox
+from kuitti.services import Services
 from kuitti.webhooks.worker import claim_due
 from tests.factories import auth, make_partner, make_user
 from tests.oauth.flow import connect, make_app

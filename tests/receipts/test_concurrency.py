@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 from sqlalchemy import func, select
 
-from kuitti.deps import Services
 from kuitti.models import Receipt
+from kuitti.services import Services
 from tests.conftest import LiveServer
 from tests.factories import auth, make_partner, receipt_doc, token_body
 

@@ -10,8 +10,8 @@ import orjson
 import pytest
 from sqlalchemy import func, select
 
-from kuitti.deps import Services
 from kuitti.models import IdempotencyRecord, PartnerRole, Receipt, ReceiptLink
+from kuitti.services import Services
 from tests.factories import (
     auth,
     card_payment,

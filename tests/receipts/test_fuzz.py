@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-from kuitti.deps import Services
 from kuitti.models import Receipt
+from kuitti.services import Services
 from tests.factories import auth, make_partner, many_rows, receipt_doc, token_body
 
 # Text that a database cannot keep (NUL, lone surrogates) among ordinary text.

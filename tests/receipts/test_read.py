@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from kuitti.deps import Services
 from kuitti.models import PartnerRole
+from kuitti.services import Services
 from tests.factories import auth, make_partner, receipt_doc
 
 LIST = "/api/v1/receipts/"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 
-from kuitti.deps import Services
+from kuitti.services import Services
 from tests.conftest import free_port
 
 

@@ -8,8 +8,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from kuitti.deps import Services
 from kuitti.models import MailMessage, User, UserSession, UserToken
+from kuitti.services import Services
 from kuitti.users import service as users
 from tests.conftest import LiveServer
 from tests.factories import make_user

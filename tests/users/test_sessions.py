@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import func, select
 
 from kuitti.delivery.mail import send_due_mail
-from kuitti.deps import Services
 from kuitti.models import User, UserSession
+from kuitti.services import Services
 from kuitti.users.sessions import safe_next
 from kuitti.web import SESSION_COOKIE
 from tests.conftest import LiveServer, free_port, make_settings

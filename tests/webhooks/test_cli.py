@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from kuitti.cli import app
 from kuitti.clock import FrozenClock
-from kuitti.deps import Services
 from kuitti.models.outbox import DeliveryStatus
+from kuitti.services import Services
 from tests.webhooks.receivers import Behaviour, Receiver
 from tests.webhooks.support import deliver, delivery, queue, webhook_partner, with_settings
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import uvicorn
 
 from kuitti.app import create_app
-from kuitti.deps import Services
+from kuitti.services import Services
 from tests.conftest import free_port
 from tests.webhooks.receivers import Receiver
 from tests.webhooks.support import queue, wait_until, webhook_partner

@@ -14,8 +14,8 @@ from standardwebhooks import Webhook
 from kuitti.cards.service import check_card_request, enroll_card
 from kuitti.clock import FrozenClock
 from kuitti.delivery.links import private_link
-from kuitti.deps import Services
 from kuitti.models import Connection, PartnerRole
+from kuitti.services import Services
 from kuitti.users.service import revoke_connection
 from tests.cards.support import AUTH_CODE, MID, PAID_AT, PAN, World
 from tests.factories import make_partner, make_user, receipt_doc

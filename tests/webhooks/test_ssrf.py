@@ -7,8 +7,8 @@ import ipaddress
 
 import pytest
 
-from kuitti.deps import Services
 from kuitti.models.outbox import DeliveryStatus
+from kuitti.services import Services
 from kuitti.webhooks.ssrf import Target, TargetGuard, TargetRefused, refusal_reason
 from tests.webhooks.receivers import Receiver
 from tests.webhooks.support import deliver, delivery, queue, webhook_partner, with_settings
@@ -37,6 +37,17 @@ class TestRefusalReason:
             ("100.64.0.1", "non-public"),
             ("::ffff:127.0.0.1", "loopback"),
             ("::ffff:10.0.0.1", "private"),
+            # 6to4 (2002::/16) wrapping the cloud metadata address, and a private one
+            ("2002:a9fe:a9fe::", "169.254.169.254 is a link-local"),
+            ("2002:0a00:0001::1", "10.0.0.1 is a private"),
+            # Teredo (2001::/32): server 65.54.227.120, client 10.0.0.1 (stored inverted)
+            ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "10.0.0.1 is a private"),
+            # NAT64, the well-known prefix and the local-use one
+            ("64:ff9b::7f00:1", "127.0.0.1 is a loopback"),
+            ("64:ff9b::a9fe:a9fe", "169.254.169.254 is a link-local"),
+            ("64:ff9b:1::a9fe:a9fe", "169.254.169.254 is a link-local"),
+            # a /48 local-use prefix: every position the IPv4 address may take is checked
+            ("64:ff9b:1:a9fe:a9:fe00::", "(wrapped in 64:ff9b:1:a9fe:a9:fe00::)"),
         ],
     )
     def test_refused(self, address: str, kind: str) -> None:
@@ -44,7 +55,16 @@ class TestRefusalReason:
         assert reason is not None
         assert kind in reason
 
-    @pytest.mark.parametrize("address", ["93.184.215.14", "1.1.1.1", "2606:4700::1111"])
+    @pytest.mark.parametrize(
+        "address",
+        [
+            "93.184.215.14",
+            "1.1.1.1",
+            "2606:4700::1111",
+            "2002:5db8:d70e::1",  # 6to4 of 93.184.215.14
+            "64:ff9b::5db8:d70e",  # NAT64 of 93.184.215.14
+        ],
+    )
     def test_public_allowed(self, address: str) -> None:
         assert refusal_reason(ipaddress.ip_address(address)) is None
 

@@ -20,8 +20,8 @@ from lxml import etree
 from PIL import Image
 from pypdf import PdfReader
 
-from kuitti.deps import Services
 from kuitti.receipts.formats.finvoice_xml import FINVOICE_SCHEMA_PATH
+from kuitti.services import Services
 from tests.factories import auth, card_payment, make_partner, product_row, receipt_doc
 
 REPO = Path(__file__).resolve().parents[3]

@@ -13,7 +13,7 @@ import xmlschema
 from lxml import etree
 from pypdf import PdfReader
 
-from kuitti.deps import Services
+from kuitti.services import Services
 from tests.factories import many_rows, product_row, receipt_doc
 from tests.receipts.formats.support import (
     BIC,

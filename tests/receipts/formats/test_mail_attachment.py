@@ -11,7 +11,7 @@ import httpx
 from pypdf import PdfReader
 
 from kuitti.delivery.mail import enqueue_mail, send_due_mail
-from kuitti.deps import Services
+from kuitti.services import Services
 from tests.factories import receipt_doc
 from tests.receipts.formats.support import post, poster
 

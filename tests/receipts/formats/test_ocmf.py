@@ -10,8 +10,8 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from kuitti.deps import Services
 from kuitti.receipts.formats.ocmf import VerificationResult, parse_time, verify
+from kuitti.services import Services
 from tests.factories import receipt_doc
 from tests.receipts.formats.support import (
     assert_valid_finvoice,

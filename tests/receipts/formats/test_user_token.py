@@ -8,8 +8,8 @@ import uuid
 import httpx
 
 from kuitti.delivery.service import deliver_to_user
-from kuitti.deps import Services
 from kuitti.models import Receipt
+from kuitti.services import Services
 from tests.factories import make_user
 from tests.oauth.flow import connect, make_app
 from tests.receipts.formats.support import (

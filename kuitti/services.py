@@ -1,0 +1,30 @@
+"""``Services``: what the running process shares — settings, database, clock and its caches.
+
+Built once per process (``create_app``, the command line, the worker) and handed to domain code as
+a plain argument; the web layer reaches it through ``deps.ServicesDep``. It lives apart from
+``deps.py`` so that domain code never imports FastAPI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kuitti.clock import Clock
+from kuitti.config import Settings
+from kuitti.db import Database
+from kuitti.delivery.ratelimit import RateLimiter
+
+
+@dataclass(frozen=True)
+class Services:
+    """Every process-level cache lives here, so that one object says what a process remembers."""
+
+    settings: Settings
+    db: Database
+    clock: Clock
+    link_rate_limiter: RateLimiter = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # The limit comes from the settings; frozen, so set once here rather than by the caller.
+        limiter = RateLimiter(self.settings.link_rate_limit_per_minute)
+        object.__setattr__(self, "link_rate_limiter", limiter)
