@@ -16,18 +16,9 @@ import kuitti
 PACKAGE_DIR = Path(kuitti.__file__).resolve().parent
 
 # Cycles other changes are removing; the set only shrinks. The command-line circle: kuitti.cli
-# registers the domain CLIs, which import their helpers back from kuitti.cli (the partner
-# commands moved out of kuitti.cli into that same circle).
+# registers the domain CLIs, which import their helpers back from kuitti.cli.
 KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset(
-        {
-            "kuitti.cli",
-            "kuitti.cards.cli",
-            "kuitti.oauth.cli",
-            "kuitti.partners.cli",
-            "kuitti.webhooks.cli",
-        }
-    ),
+    frozenset({"kuitti.cli", "kuitti.cards.cli", "kuitti.oauth.cli", "kuitti.webhooks.cli"}),
 }
 # Modules that still import inside functions, for the same reason (the command line); the set
 # only shrinks.
@@ -35,7 +26,6 @@ KNOWN_LOCAL_IMPORTERS = {
     "kuitti.cli",
     "kuitti.cards.cli",
     "kuitti.oauth.cli",
-    "kuitti.partners.cli",
     "kuitti.webhooks.cli",
 }
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kuitti.cli_helpers import JsonFlag, emit, fail, open_services
 from kuitti.models import PartnerRole
 from kuitti.partners import service as partners
 from kuitti.security import SecretBox
@@ -20,7 +21,6 @@ partner_app = typer.Typer(
     help="Partners: merchants, apps, card issuers, pilot banks.", no_args_is_help=True
 )
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 PartnerId = Annotated[str, typer.Argument(help="The partner's id (see 'kuitti partner list').")]
 
 
@@ -46,8 +46,6 @@ def partner_create(
     as_json: JsonFlag = False,
 ) -> None:
     """Create a partner; its secrets are printed once."""
-    from kuitti.cli import emit, fail, open_services
-
     try:
         services = open_services()
         with services.db.session() as session:
@@ -76,8 +74,6 @@ def partner_create(
 @partner_app.command("list")
 def partner_list(as_json: JsonFlag = False) -> None:
     """List partners (no secrets)."""
-    from kuitti.cli import emit, open_services
-
     services = open_services()
     with services.db.session(write=False) as session:
         rows = [partners.partner_summary(p) for p in partners.list_partners(session)]
@@ -110,8 +106,6 @@ def partner_update(
     as_json: JsonFlag = False,
 ) -> None:
     """Change a partner's settings; prints the partner as 'partner list' shows it."""
-    from kuitti.cli import emit, fail, open_services
-
     services = open_services()
     try:
         with services.db.session() as session:
@@ -142,8 +136,6 @@ def partner_rotate(
     as_json: JsonFlag = False,
 ) -> None:
     """Issue a new secret, printed once; the old one is refused at once."""
-    from kuitti.cli import emit, fail, open_services
-
     services = open_services()
     try:
         with services.db.session() as session:
@@ -157,8 +149,6 @@ def partner_rotate(
 
 
 def _set_disabled(partner_id: str, *, disabled: bool) -> None:
-    from kuitti.cli import fail, open_services
-
     services = open_services()
     try:
         with services.db.session() as session:
