@@ -40,8 +40,8 @@ class Partner(Base):
     # its webhooks wait until it is enabled again.
     disabled_at: Mapped[datetime | None] = mapped_column(default=None)
 
-    # "expunge": a partner detached for the process's partner cache takes its namespaces along,
-    # so the end of the session that loaded it cannot expire them under the cache.
+    # "expunge": a partner detached from the session that loaded it takes its namespaces along,
+    # so the end of that session cannot expire them.
     namespaces: Mapped[list[Namespace]] = relationship(
         back_populates="partner",
         lazy="selectin",
