@@ -13,7 +13,6 @@ from kuitti.clock import Clock
 from kuitti.config import Settings
 from kuitti.db import Database
 from kuitti.delivery.ratelimit import RateLimiter
-from kuitti.partners.cache import PartnerCache
 
 
 @dataclass(frozen=True)
@@ -23,7 +22,6 @@ class Services:
     settings: Settings
     db: Database
     clock: Clock
-    partner_cache: PartnerCache = field(default_factory=PartnerCache, compare=False)
     link_rate_limiter: RateLimiter = field(init=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -156,7 +156,6 @@ def services(session_services: Services, clock: FrozenClock) -> Iterator[Service
     clock.set(CLOCK_START)
     yield session_services
     empty_tables(session_services.db)
-    session_services.partner_cache.clear()
 
 
 @pytest.fixture

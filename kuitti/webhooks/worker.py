@@ -213,6 +213,8 @@ def claim_due(
         )
         .join(Partner, Partner.id == WebhookDelivery.partner_id)
         .where(WebhookDelivery.id.in_(picked), due)
+        # partner disable/enable (kuitti.partners.cli): a disabled partner's deliveries wait.
+        .where(Partner.disabled_at.is_(None))
         .order_by(WebhookDelivery.next_attempt_at)
     )
     query = outbox.skip_locked(query, services.db.dialect, WebhookDelivery)

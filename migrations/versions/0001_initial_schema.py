@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-23 16:17:24.695171
+Create Date: 2026-11-23 16:39:08.203414
 """
 
 from collections.abc import Sequence
@@ -53,6 +53,7 @@ def upgrade() -> None:
         sa.Column("iban", sa.String(length=34), nullable=True),
         sa.Column("bic", sa.String(length=11), nullable=True),
         sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("disabled_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_partners")),
         sa.UniqueConstraint("api_key_hash", name=op.f("uq_partners_api_key_hash")),
         sa.UniqueConstraint("client_id", name=op.f("uq_partners_client_id")),
