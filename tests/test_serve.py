@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import orjson
 import pytest
 
 from kuitti.services import Services
-from tests.conftest import BACKEND, free_port
+from tests.conftest import BACKEND
 from tests.factories import auth, receipt_doc
 
 KUITTI = shutil.which("kuitti", path=str(Path(sys.executable).parent)) or "kuitti"
@@ -45,19 +44,6 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     process.terminate()
     # uvicorn shuts down gracefully, then re-raises the signal: -15 is a clean exit.
     assert process.wait(timeout=20) in {0, -15}
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> tuple[str, dict[str, str], list[str]]:
-    """Yields (base URL, environment, extra serve args); the test starts the process."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "KUITTI_PUBLIC_URL": f"http://127.0.0.1:{port}",
-        "KUITTI_LOG_LEVEL": "WARNING",
-    }
-    env.pop("KUITTI_DATABASE_URL", None)
-    return f"http://127.0.0.1:{port}", env, ["--port", str(port)]
 
 
 def create_merchant(env: dict[str, str], cwd: Path) -> str:
