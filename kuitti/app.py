@@ -34,6 +34,7 @@ from kuitti.receipts.schema import Receipt, TokenReceiptRequest
 from kuitti.responses import ORJSONResponse
 from kuitti.services import Services
 from kuitti.users.routes import router as users_router
+from kuitti.web import render
 from kuitti.worker import run_worker
 
 ROUTERS = (receipts_router, delivery_router, oauth_router, users_router, cards_router)
@@ -94,6 +95,11 @@ def create_app(
 
 
 def _add_operations_routes(app: FastAPI, services: Services) -> None:
+    @app.get("/", include_in_schema=False)
+    def home(request: Request) -> Response:
+        """Where a newcomer lands: links to the API docs, the guides and the health endpoints."""
+        return render(request, "home.html", {"version": __version__})
+
     @app.get("/healthz", tags=["operations"], summary="The process is alive")
     def healthz() -> dict[str, str]:
         return {"status": "ok"}

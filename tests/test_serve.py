@@ -67,9 +67,15 @@ def test_embedded_default_on_sqlite(
     serve: tuple[str, dict[str, str], list[str]], tmp_path: Path
 ) -> None:
     url, env, args = serve
+    env["KUITTI_LOG_LEVEL"] = "INFO"
     process, log = start(args, env, tmp_path)
     try:
         wait_ready(url, process, log)
+        ready = [orjson.loads(line) for line in log.read_text().splitlines() if "ready" in line]
+        assert ready[0]["event"] == "kuitti is ready"
+        assert ready[0]["listening"] == url
+        assert ready[0]["database"] == "sqlite:///var/kuitti.db"
+        assert ready[0]["worker"] == "in this process"
         assert (tmp_path / "var" / "kuitti.db").exists()
         roundtrip(url, create_merchant(env, tmp_path))
     finally:
