@@ -1,4 +1,4 @@
-"""Who may read receipts (Endpoint 3 and the list): a partner by its API key, or a partner
+"""Who may read receipts (reading one and the list): a partner by its API key, or a partner
 application on behalf of a user (``SERVICE_APIKEY`` + ``Authorization: Bearer``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``kuitti webhooks list`` and ``kuitti webhooks replay`` (SPEC §3, §11 "Delivery log")."""
+"""``kuitti webhooks list`` and ``kuitti webhooks replay``: the delivery log (docs/webhooks.md)."""
 
 from __future__ import annotations
 

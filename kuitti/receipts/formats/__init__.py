@@ -1,4 +1,4 @@
-"""One receipt document, many renderings (Endpoint 3's ``data_format``).
+"""One receipt document, many renderings (the ``data_format`` of reading a receipt).
 
 ``render(receipt, poster, fmt, layout=, locale=)`` returns the bytes and media type. Rendered bytes
 are kept in a bounded in-process LRU cache keyed by what the output depends on (receipt, format,
