@@ -30,9 +30,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kuitti.models import Partner, Receipt
-from kuitti.receipts import formats
-from kuitti.receipts.formats import DataFormat, render
+from kuitti.receipts.formats import DataFormat, rendering
 from kuitti.receipts.formats.layout import Layout
+from kuitti.receipts.formats.rendering import render
 from tests.factories import card_payment, many_rows, receipt_doc, unsaved_receipt
 
 GOALS_MS = {
@@ -108,7 +108,7 @@ def run(repeat: int) -> list[dict[str, Any]]:
             receipt = unsaved_receipt(doc, ensure_ascii=False)
 
             def uncached(r: Receipt = receipt, f: DataFormat = fmt, lay: Layout = layout) -> None:
-                formats.cache.clear()
+                rendering.cache.clear()
                 render(r, poster, f, layout=lay, locale="fi")
 
             def cached_call(

@@ -36,3 +36,9 @@ class FrozenClock:
 def as_utc(moment: datetime) -> datetime:
     """Datetimes read back from SQLite are naive; every stored time is UTC."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def iso_utc(moment: datetime) -> str:
+    """ISO 8601 in UTC with a ``Z`` (``2026-01-15T12:00:00Z``): how kuitti writes a moment in
+    JSON. The one exception is the webhook delivery log, whose documented form is ``+00:00``."""
+    return as_utc(moment).isoformat().replace("+00:00", "Z")

@@ -197,10 +197,11 @@ def add_connection(
     *,
     now: datetime,
     scope: str = "receipt:read",
-    metadata: dict[str, str] | None = None,
+    metadata: dict[str, Any] | None = None,
+    revoked: bool = False,
 ) -> Connection:
-    """An active connection (a ``service_id``) of the user to a partner app, added to
-    ``session`` directly, without the OAuth flow."""
+    """A connection (a ``service_id``) of the user to a partner app, active unless
+    ``revoked``, added to ``session`` directly, without the OAuth flow."""
     connection = Connection(
         id=uuid.uuid4(),
         user_id=user_id,
@@ -209,6 +210,7 @@ def add_connection(
         partner_metadata=metadata,
         created_at=now,
         updated_at=now,
+        revoked_at=now if revoked else None,
     )
     session.add(connection)
     return connection

@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 
 from kuitti.i18n import Language
 from kuitti.models import MailMessage, Partner, Receipt
-from kuitti.receipts.formats import DataFormat, render
+from kuitti.receipts.formats import DataFormat
+from kuitti.receipts.formats.rendering import render
 from kuitti.receipts.view import parse_document
 from kuitti.services import Services
 

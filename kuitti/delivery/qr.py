@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
+from kuitti.clock import iso_utc
 from kuitti.errors import Forbidden
 from kuitti.models import Connection, DynamicQrCode, Partner
 
@@ -35,7 +36,7 @@ class IssuedQrCode:
         return {
             "value": self.value,
             "namespace": self.namespace,
-            "expires_at": self.expires_at.isoformat().replace("+00:00", "Z"),
+            "expires_at": iso_utc(self.expires_at),
         }
 
 

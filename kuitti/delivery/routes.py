@@ -25,7 +25,8 @@ from kuitti.deps import Now, ReadSession, ServicesDep, get_services
 from kuitti.metrics import LINK_RATE_LIMITED
 from kuitti.models import Connection, Partner, Receipt, User
 from kuitti.oauth.bearer import AppConnection
-from kuitti.receipts.formats import DataFormat, render
+from kuitti.receipts.formats import DataFormat
+from kuitti.receipts.formats.rendering import render
 from kuitti.users.sessions import CurrentUser, login_url
 from kuitti.web import check_csrf
 from kuitti.web import render as render_page

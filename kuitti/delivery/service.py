@@ -14,9 +14,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kuitti.models import Connection, Receipt, ReceiptDelivery, ReceiptGrant
-from kuitti.webhooks.events import NotificationType, notify_connection
-
-READ_SCOPE = "receipt:read"
+from kuitti.oauth.scopes import Scope
+from kuitti.webhooks.events import notify_connection
+from kuitti.webhooks.payloads import ReceiptNotification
 
 
 def grant(session: Session, receipt: Receipt, partner_id: uuid.UUID, reason: str) -> bool:
@@ -57,8 +57,7 @@ def deliver_to_user(
         notify_connection(
             session,
             connection,
-            NotificationType.RECEIPT,
-            receipt_id=str(receipt.id),
+            ReceiptNotification.about(connection, receipt_id=receipt.id),
             now=now,
         )
     return True
@@ -70,4 +69,4 @@ def reading_connections(session: Session, user_id: uuid.UUID) -> list[Connection
         .where(Connection.user_id == user_id, Connection.revoked_at.is_(None))
         .order_by(Connection.created_at)
     )
-    return [c for c in connections if READ_SCOPE in c.scopes]
+    return [c for c in connections if Scope.RECEIPT_READ.value in c.scopes]

@@ -16,8 +16,9 @@ from kuitti.inputs import parse_json
 from kuitti.models import Partner
 from kuitti.partners.auth import MerchantPartner, require_json
 from kuitti.receipts import service
-from kuitti.receipts.formats import DataFormat, etag, render
+from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.layout import Layout
+from kuitti.receipts.formats.rendering import etag, render
 from kuitti.receipts.readers import ReceiptReader
 from kuitti.receipts.validation import canonical_hash, parse_receipt_request
 from kuitti.responses import ORJSONResponse

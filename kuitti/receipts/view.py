@@ -233,7 +233,7 @@ class Formatter:
         self.digits = _currency_digits(currency)
 
     def money(self, minor: int) -> str:
-        return _money(minor, self.currency, self.digits, self.locale.value)
+        return format_money(minor, self.currency, self.locale.value)
 
     def number(self, value: Decimal) -> str:
         return format_decimal(value, locale=self.locale.value, decimal_quantization=False)
@@ -264,8 +264,14 @@ def _currency_digits(currency: str) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _money(minor: int, currency: str, digits: int, locale: str) -> str:
-    return format_currency(Decimal(minor).scaleb(-digits), currency, locale=locale)
+def format_money(minor: int, currency: str, locale: str, *, code: bool = False) -> str:
+    """``minor`` units of ``currency`` as text in ``locale``, with the currency's own number of
+    decimals (two for EUR, none for JPY, three for KWD). ``code`` writes ``EUR`` where the
+    locale would write ``€`` (a list of receipts in many currencies)."""
+    value = Decimal(minor).scaleb(-_currency_digits(currency))
+    if code:
+        return format_currency(value, currency, format="#,##0.00 ¤¤", locale=locale)
+    return format_currency(value, currency, locale=locale)
 
 
 def datetime_text(moment: datetime, locale: Language, fmt: str = "medium") -> str:

@@ -14,10 +14,14 @@ from kuitti.clock import as_utc
 from kuitti.delivery.links import private_link
 from kuitti.deps import ReadSession, ServicesDep, WriteSession
 from kuitti.models import Connection, User
+from kuitti.receipts.view import format_money
 from kuitti.users import service as users
-from kuitti.users.sessions import SESSION_COOKIE, CurrentUser, RequireUser, redirect
+from kuitti.users.sessions import CurrentUser, RequireUser, redirect
 from kuitti.users.sessions import router as sessions_router
-from kuitti.web import check_csrf, render
+from kuitti.web import SESSION_COOKIE, check_csrf, render
+
+# The account page writes amounts the Finnish way with the currency code: "14,98 EUR".
+ACCOUNT_LOCALE = "fi"
 
 router = APIRouter(include_in_schema=False)
 router.include_router(sessions_router)
@@ -166,7 +170,7 @@ def account_page(
         {
             "merchant_name": r.merchant_name,
             "receipt_time": as_utc(r.receipt_time),
-            "total": format_money(r.total, r.currency),
+            "total": format_money(r.total, r.currency, ACCOUNT_LOCALE, code=True),
             "link": private_link(settings, r.id),
         }
         for r in users.user_receipts(session, user.id)
@@ -181,12 +185,6 @@ def account_page(
             "error": None,
         },
     )
-
-
-def format_money(total: int, currency: str) -> str:
-    sign = "-" if total < 0 else ""
-    units, cents = divmod(abs(total), 100)
-    return f"{sign}{units},{cents:02d} {currency}"
 
 
 @router.post("/account/connections/{service_id}/remove")

@@ -17,7 +17,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from kuitti import locks, security
-from kuitti.clock import as_utc
+from kuitti.clock import as_utc, iso_utc
 from kuitti.config import Settings
 from kuitti.delivery.mail import enqueue_mail
 from kuitti.models import (
@@ -32,7 +32,8 @@ from kuitti.models import (
     UserSession,
     UserToken,
 )
-from kuitti.webhooks.events import NotificationType, notify_connection
+from kuitti.webhooks.events import notify_connection
+from kuitti.webhooks.payloads import OAuthRevokeNotification
 
 MIN_PASSWORD_LENGTH = 8
 MAX_PASSWORD_LENGTH = 1024
@@ -336,7 +337,7 @@ def revoke_connection(session: Session, connection: Connection, *, now: datetime
         return
     connection.revoked_at = now
     connection.updated_at = now
-    notify_connection(session, connection, NotificationType.OAUTH_REVOKE, now=now)
+    notify_connection(session, connection, OAuthRevokeNotification.about(connection), now=now)
 
 
 @dataclass(frozen=True)
@@ -414,7 +415,7 @@ def export_data(session: Session, user: User) -> dict[str, Any]:
 
 
 def _iso(moment: datetime | None) -> str | None:
-    return as_utc(moment).isoformat() if moment is not None else None
+    return iso_utc(moment) if moment is not None else None
 
 
 def delete_account(session: Session, user: User, *, now: datetime) -> None:

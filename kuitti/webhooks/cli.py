@@ -1,4 +1,4 @@
-"""``kuitti webhooks list`` and ``kuitti webhooks replay``: the delivery log (docs/webhooks.md)."""
+"""``kuitti webhooks list`` and ``kuitti webhooks replay``: the operator's delivery log."""
 
 from __future__ import annotations
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
+import uuid
 
 import httpx
 from sqlalchemy import func, select
 
 from kuitti.delivery.mail import send_due_mail
-from kuitti.models import Connection, User, UserSession, WebhookDelivery
+from kuitti.delivery.service import deliver_to_user
+from kuitti.models import Connection, PartnerRole, Receipt, User, UserSession, WebhookDelivery
 from kuitti.services import Services
-from tests.factories import make_user
+from tests.factories import auth, make_partner, make_user, receipt_doc
 from tests.oauth.flow import connect, csrf_of, delivered_receipt, log_in, make_app
 from tests.users.conftest import Inbox
 
@@ -45,6 +47,22 @@ class TestAccountPage:
         assert "14,98 EUR" in page.text or "8,49 EUR" in page.text
         assert re.search(r'href="http://127\.0\.0\.1:\d+/r/[^"]+"', page.text)
         assert page.headers["x-frame-options"] == "DENY"
+
+    def test_amounts_have_their_currencys_decimals(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        user = make_user(services, "maija@example.com")
+        merchant = make_partner(services, PartnerRole.MERCHANT)
+        doc = receipt_doc(currencyISOCode="JPY")
+        answer = client.post("/api/v1/receipts/", json=doc, headers=auth(merchant.api_key))
+        assert answer.status_code == 200, answer.text
+        with services.db.session() as session:
+            receipt = session.get(Receipt, uuid.UUID(answer.json()["receipt_id"]))
+            assert receipt is not None
+            deliver_to_user(session, receipt, user.id, via="test", now=services.clock.now())
+        log_in(client, "maija@example.com")
+        page = client.get("/account")
+        assert f"{doc['totalPriceIncVAT']:,} JPY".replace(",", "\xa0") in page.text
 
     def test_removing_a_connection_notifies_the_partner(
         self, client: httpx.Client, services: Services
@@ -97,6 +115,7 @@ class TestAccountPage:
         assert "attachment" in answer.headers["content-disposition"]
         data = answer.json()
         assert data["user"]["email"] == "maija@example.com"
+        assert data["user"]["created_at"] == "2026-01-15T12:00:00Z"  # UTC, written with a Z
         assert [c["partner"] for c in data["connections"]] == ["Pankki App"]
         assert [r["receipt_id"] for r in data["receipts"]] == [receipt_id]
         assert data["receipts"][0]["receipt"]["merchant"]["name"] == "Kauppa Oy"

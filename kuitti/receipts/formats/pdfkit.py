@@ -9,6 +9,18 @@ output intent, XMP metadata mirroring the document information, and optional emb
 an ``AFRelationship`` (the receipt JSON rides along as ``receipt.json``). Output is deterministic:
 the creation date is the receipt's time, and the file identifier is derived from the content's
 identity, never from "now".
+
+Why this module reaches into reportlab's private attributes (``canvas._doc``, its ``info``'s
+``_dateFormatter`` and ``_ID``, and the catalog's class): reportlab's public API has no way to
+do either of the two things above. ``invariant=1`` makes output repeatable by fixing the date
+and the identifier to constants, not to the receipt's time and identity; and the catalog takes
+no ``OutputIntents``, associated files (``AF``) or XMP metadata, which PDF/A needs. The reaching
+is confined to ``render_pages`` and ``_finish_pdfa``; reportlab is pinned in ``uv.lock``, and
+``tests/receipts/formats/test_service_pdf.py`` (``TestPdfA``, ``test_output_is_deterministic``)
+fails if an upgrade moves them, rather than letting the files change silently.
+
+Drawing is typed: a block holds ``DrawOp`` values (text, rule, rectangle, code) and
+``_draw_page`` matches them exhaustively.
 """
 
 from __future__ import annotations
@@ -19,7 +31,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, NamedTuple, TypeVar, assert_never
 from xml.sax.saxutils import escape
 
 from bidi import get_display  # type: ignore[import-untyped]
@@ -167,11 +179,59 @@ def ellipsize(text: str, font: str, size: float, width: float) -> str:
 # Layout
 
 
+Align = Literal["l", "r", "c"]
+
+
+class TextOp(NamedTuple):
+    """Text with its baseline at ``y``; ``align`` says which end of it ``x`` is."""
+
+    x: float
+    y: float
+    font: str
+    size: float
+    text: str
+    align: Align
+    color: Color
+
+
+class LineOp(NamedTuple):
+    """A horizontal rule from ``x1`` to ``x2`` at ``y``."""
+
+    x1: float
+    x2: float
+    y: float
+    width: float
+    color: Color
+
+
+class RectOp(NamedTuple):
+    """A filled rectangle whose top-left corner is (x, y)."""
+
+    x: float
+    y: float
+    w: float
+    h: float
+    color: Color
+
+
+class CodeOp(NamedTuple):
+    """A QR code or barcode whose top-left corner (quiet zone included) is (x, y)."""
+
+    x: float
+    y: float
+    modules: CodeModules
+    module_size: float
+
+
+DrawOp = TextOp | LineOp | RectOp | CodeOp
+"""One drawing operation; ``y`` grows downwards from the top of its block, then of its page."""
+
+
 @dataclass(slots=True)
 class Block:
     """Drawing operations relative to the block's top edge (y grows downwards)."""
 
-    ops: list[tuple[Any, ...]] = field(default_factory=list)
+    ops: list[DrawOp] = field(default_factory=list)
     height: float = 0.0
 
     def text(
@@ -182,11 +242,11 @@ class Block:
         font: str = REGULAR,
         size: float = 9,
         *,
-        align: str = "l",
+        align: Align = "l",
         color: Color = BLACK,
     ) -> None:
         """Text whose baseline is ``y`` below the block top."""
-        self.ops.append(("text", x, y, font, size, visual(clean(text)), align, color))
+        self.ops.append(TextOp(x, y, font, size, visual(clean(text)), align, color))
 
     def cell(
         self,
@@ -197,7 +257,7 @@ class Block:
         font: str = REGULAR,
         size: float = 9,
         *,
-        align: str = "r",
+        align: Align = "r",
         color: Color = BLACK,
     ) -> None:
         """Text shrunk (then cut) to fit ``width`` points."""
@@ -207,14 +267,14 @@ class Block:
     def line(
         self, x1: float, x2: float, y: float, *, width: float = 0.5, color: Color = LIGHT
     ) -> None:
-        self.ops.append(("line", x1, x2, y, width, color))
+        self.ops.append(LineOp(x1, x2, y, width, color))
 
     def rect(self, x: float, y: float, w: float, h: float, color: Color) -> None:
-        self.ops.append(("rect", x, y, w, h, color))
+        self.ops.append(RectOp(x, y, w, h, color))
 
     def code(self, modules: CodeModules, x: float, y: float, module_size: float) -> None:
         """A code whose top-left corner (quiet zone included) is at (x, y)."""
-        self.ops.append(("code", x, y, modules, module_size))
+        self.ops.append(CodeOp(x, y, modules, module_size))
 
     def grow(self, height: float) -> None:
         self.height = max(self.height, height)
@@ -222,7 +282,7 @@ class Block:
 
 @dataclass(slots=True)
 class Page:
-    ops: list[tuple[Any, ...]] = field(default_factory=list)
+    ops: list[DrawOp] = field(default_factory=list)
     used: float = 0.0
 
 
@@ -271,14 +331,7 @@ class Flow:
             self._new_page()
         page = self.pages[-1]
         top = self.margin_top + self.y
-        for op in block.ops:
-            kind = op[0]
-            if kind == "text":
-                page.ops.append((kind, op[1], op[2] + top, *op[3:]))
-            elif kind == "line":
-                page.ops.append((kind, op[1], op[2], op[3] + top, op[4], op[5]))
-            elif kind in ("rect", "code"):
-                page.ops.append((kind, op[1], op[2] + top, *op[3:]))
+        page.ops.extend(op._replace(y=op.y + top) for op in block.ops)
         self.y += block.height + gap_after
         page.used = self.margin_top + self.y
 
@@ -518,33 +571,34 @@ def _draw_page(canvas: Canvas, page: Page, height: float) -> None:
     font_state: tuple[str, float] | None = None
     color_state: Color | None = None
     for op in page.ops:
-        kind = op[0]
-        if kind == "text":
-            _, x, y, font, size, text, align, color = op
-            if (font, size) != font_state:
-                canvas.setFont(font, size)
-                font_state = (font, size)
-            if color != color_state:
+        match op:
+            case TextOp(x, y, font, size, text, align, color):
+                if (font, size) != font_state:
+                    canvas.setFont(font, size)
+                    font_state = (font, size)
+                if color != color_state:
+                    canvas.setFillColorRGB(*color)
+                    color_state = color
+                match align:
+                    case "r":
+                        canvas.drawRightString(x, height - y, text)
+                    case "c":
+                        canvas.drawCentredString(x, height - y, text)
+                    case "l":
+                        canvas.drawString(x, height - y, text)
+                    case _:
+                        assert_never(align)
+            case LineOp(x1, x2, y, width, color):
+                canvas.setStrokeColorRGB(*color)
+                canvas.setLineWidth(width)
+                canvas.line(x1, height - y, x2, height - y)
+            case RectOp(x, y, w, h, color):
                 canvas.setFillColorRGB(*color)
                 color_state = color
-            if align == "r":
-                canvas.drawRightString(x, height - y, text)
-            elif align == "c":
-                canvas.drawCentredString(x, height - y, text)
-            else:
-                canvas.drawString(x, height - y, text)
-        elif kind == "line":
-            _, x1, x2, y, width, color = op
-            canvas.setStrokeColorRGB(*color)
-            canvas.setLineWidth(width)
-            canvas.line(x1, height - y, x2, height - y)
-        elif kind == "rect":
-            _, x, y, w, h, color = op
-            canvas.setFillColorRGB(*color)
-            color_state = color
-            canvas.rect(x, height - y - h, w, h, stroke=0, fill=1)
-        elif kind == "code":
-            _, x, y, modules, module_size = op
-            total_height = modules.total_height * module_size
-            draw(canvas, modules, x, height - y - total_height, module_size)
-            color_state = None
+                canvas.rect(x, height - y - h, w, h, stroke=0, fill=1)
+            case CodeOp(x, y, modules, module_size):
+                total_height = modules.total_height * module_size
+                draw(canvas, modules, x, height - y - total_height, module_size)
+                color_state = None
+            case _:
+                assert_never(op)

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from pypdf import PdfReader
 
 from kuitti.models import Partner
-from kuitti.receipts.formats import DataFormat, cache, render
+from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.layout import Layout
+from kuitti.receipts.formats.rendering import cache, render
 from kuitti.receipts.schema import Receipt as ReceiptDocument
 from tests.factories import product_row, receipt_doc, unsaved_receipt
 from tests.receipts.formats.support import assert_valid_finvoice

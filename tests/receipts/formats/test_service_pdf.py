@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from pypdf import PdfReader
 
-from kuitti.receipts.formats import cache
+from kuitti.receipts.formats.rendering import cache
 from kuitti.services import Services
 from tests.factories import many_rows, product_row, receipt_doc
 from tests.receipts.formats.support import (

@@ -1,0 +1,194 @@
+"""Rendering a stored receipt in one of its formats, with a cache of the rendered bytes.
+
+``render(receipt, poster, fmt, layout=, locale=)`` returns the bytes and media type. Rendered bytes
+are kept in a bounded in-process LRU cache keyed by what the output depends on (receipt, format,
+layout, language, the poster's bank account for Finvoice, and the renderer version): a stored
+document never changes, so an entry never goes stale — which is why this cache sits next to its
+function rather than on ``Services``: no process ever needs to reset or configure it. ``etag()``
+gives the same key without rendering, so a conditional request can be answered 304 before any
+work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from datetime import datetime
+from typing import assert_never
+
+from kuitti.i18n import as_language
+from kuitti.models import Partner, Receipt
+from kuitti.receipts.formats import (
+    DataFormat,
+    FinvoiceUnavailable,
+    Rendered,
+    filename,
+    finvoice_pdf,
+    finvoice_xml,
+    service_pdf,
+)
+from kuitti.receipts.formats.layout import Layout
+from kuitti.receipts.view import build_view, parse_document
+
+# Bump when a renderer's output changes, so ETags and cached bytes change with it.
+RENDERER_VERSION = "1"
+CACHE_MAX_ENTRIES = 512
+CACHE_MAX_BYTES = 64 * 1024 * 1024
+
+
+class RenderCache:
+    """A thread-safe LRU of rendered bytes, bounded by entries and by total size."""
+
+    def __init__(self, max_entries: int = CACHE_MAX_ENTRIES, max_bytes: int = CACHE_MAX_BYTES):
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, Rendered] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> Rendered | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return item
+
+    def put(self, key: str, item: Rendered) -> None:
+        size = len(item.content)
+        if size > self.max_bytes // 4:
+            return  # one huge document must not empty the cache
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old.content)
+            self._items[key] = item
+            self._bytes += size
+            while len(self._items) > self.max_entries or self._bytes > self.max_bytes:
+                _, evicted = self._items.popitem(last=False)
+                self._bytes -= len(evicted.content)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+cache = RenderCache()
+
+
+def _key_parts(
+    receipt: Receipt, poster: Partner, fmt: DataFormat, layout: Layout, locale: str
+) -> tuple[str, ...]:
+    base = (RENDERER_VERSION, str(receipt.id), receipt.document_hash, fmt.value)
+    match fmt:
+        case DataFormat.SERVICE_JSON:
+            return base
+        case DataFormat.SERVICE_PDF:
+            return (*base, layout.value, as_language(locale).value)
+        case DataFormat.FINVOICE_XML:
+            return (*base, poster.iban or "", poster.bic or "")
+        case DataFormat.FINVOICE_PDF:
+            return (*base, poster.iban or "", poster.bic or "", as_language(locale).value)
+        case _:
+            assert_never(fmt)
+
+
+def etag(
+    receipt: Receipt,
+    poster: Partner,
+    fmt: DataFormat,
+    *,
+    layout: Layout = Layout.A4,
+    locale: str = "en",
+) -> str:
+    """A strong ETag for the rendering (no rendering needed)."""
+    digest = hashlib.sha256("\x1f".join(_key_parts(receipt, poster, fmt, layout, locale)).encode())
+    return f'"{digest.hexdigest()[:32]}"'
+
+
+def render(
+    receipt: Receipt,
+    poster: Partner,
+    fmt: DataFormat,
+    *,
+    layout: Layout = Layout.A4,
+    locale: str = "en",
+) -> Rendered:
+    """The receipt in the requested format. ``poster`` is the partner that posted it (Finvoice
+    needs its bank account). ``layout`` (A4 or till roll) applies to ``service_pdf``;
+    ``locale`` (fi, sv, en) to the PDFs' labels and number style."""
+    key = etag(receipt, poster, fmt, layout=layout, locale=locale)
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
+    rendered = _render(receipt, poster, fmt, layout, as_language(locale).value)
+    cache.put(key, rendered)
+    return rendered
+
+
+def _render(
+    receipt: Receipt, poster: Partner, fmt: DataFormat, layout: Layout, locale: str
+) -> Rendered:
+    name = filename(receipt, fmt)
+    match fmt:
+        case DataFormat.SERVICE_JSON:
+            return Rendered(_utf8(receipt.document), "application/json", name)
+        case DataFormat.SERVICE_PDF:
+            view = build_view(parse_document(receipt.document), locale=locale)
+            content = service_pdf.render_service_pdf(
+                view,
+                layout=layout,
+                document_json=_utf8(receipt.document),
+                identity=f"{receipt.id}/{fmt.value}/{layout.value}/{locale}",
+            )
+            return Rendered(content, "application/pdf", name)
+        case DataFormat.FINVOICE_XML:
+            return Rendered(_finvoice_xml(receipt, poster), finvoice_xml.MEDIA_TYPE, name)
+        case DataFormat.FINVOICE_PDF:
+            xml = render(receipt, poster, DataFormat.FINVOICE_XML).content
+            content = finvoice_pdf.render_finvoice_pdf(
+                xml,
+                locale=locale,
+                created=_receipt_time(receipt),
+                identity=f"{receipt.id}/{fmt.value}/{locale}",
+            )
+            return Rendered(content, "application/pdf", name)
+        case _:
+            assert_never(fmt)
+
+
+def _utf8(text: str) -> bytes:
+    # A stored document is valid JSON text; "replace" only matters for a lone surrogate escape.
+    return text.encode("utf-8", errors="replace")
+
+
+def _receipt_time(receipt: Receipt) -> datetime:
+    return parse_document(receipt.document).receipt_time
+
+
+def _finvoice_xml(receipt: Receipt, poster: Partner) -> bytes:
+    account = finvoice_xml.seller_account(poster.iban, poster.bic)
+    if account is None:
+        raise FinvoiceUnavailable(
+            "Finvoice needs the seller's bank account (IBAN), and the partner that posted this "
+            "receipt has none on record; the operator can add it with "
+            "`kuitti partner create … --iban IBAN --bic BIC`."
+        )
+    try:
+        return finvoice_xml.render_finvoice_xml(
+            parse_document(receipt.document),
+            account,
+            receipt_id=receipt.id,
+            poster_name=poster.name,
+        )
+    except finvoice_xml.FinvoiceLimitError as exc:
+        raise FinvoiceUnavailable(str(exc)) from None
