@@ -10,7 +10,6 @@ from typing import Any
 import anyio.to_thread
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -28,9 +27,9 @@ from kuitti.errors import ErrorDetail, KuittiError
 from kuitti.logs import configure_logging, log
 from kuitti.middleware import RequestContextMiddleware
 from kuitti.oauth.routes import router as oauth_router
+from kuitti.openapi import build_openapi
 from kuitti.paths import STATIC_DIR
 from kuitti.receipts.routes import router as receipts_router
-from kuitti.receipts.schema import Receipt, TokenReceiptRequest
 from kuitti.responses import ORJSONResponse
 from kuitti.services import Services
 from kuitti.users.routes import router as users_router
@@ -90,7 +89,7 @@ def create_app(
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_error_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app
 
 
@@ -166,18 +165,3 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return _error_response([ErrorDetail(code, str(exc.detail))], exc.status_code)
-
-
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    if app.openapi_schema:
-        return app.openapi_schema
-    schema = get_openapi(
-        title=app.title, version=app.version, summary=app.summary, routes=app.routes
-    )
-    components = schema.setdefault("components", {}).setdefault("schemas", {})
-    for model in (Receipt, TokenReceiptRequest):
-        model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        components.update(model_schema.pop("$defs", {}))
-        components[model.__name__] = model_schema
-    app.openapi_schema = schema
-    return schema
