@@ -27,7 +27,7 @@ from kuitti.errors import ErrorDetail, KuittiError
 from kuitti.logs import configure_logging, log
 from kuitti.middleware import RequestContextMiddleware
 from kuitti.oauth.routes import router as oauth_router
-from kuitti.openapi import build_openapi
+from kuitti.openapi import add_docs, build_openapi
 from kuitti.paths import STATIC_DIR
 from kuitti.receipts.routes import router as receipts_router
 from kuitti.responses import ORJSONResponse
@@ -80,12 +80,15 @@ def create_app(
         lifespan=lifespan,
         default_response_class=ORJSONResponse,
         redirect_slashes=False,
+        docs_url=None,  # add_docs() serves it without a CDN
+        redoc_url=None,
     )
     app.state.services = services
     for router in ROUTERS:
         _add_slash_twins(router)
         app.include_router(router)
     _add_operations_routes(app, services)
+    add_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_error_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)

@@ -8,10 +8,15 @@ operations, since Swagger UI would not send an ``Authorization`` parameter anywa
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
+from starlette.responses import HTMLResponse
+from starlette.staticfiles import StaticFiles
 
 from kuitti.receipts.schema import Receipt, TokenReceiptRequest
 
@@ -98,6 +103,32 @@ TOKEN_REQUEST_SCHEMA: dict[str, Any] = {
     },
     "required": ["grant_type", "code", "redirect_uri"],
 }
+
+
+def _swagger_ui_assets() -> Path:
+    """Swagger UI's files as the swagger-ui-py package ships them (found without importing it:
+    its package imports handlers for other web frameworks)."""
+    spec = importlib.util.find_spec("swagger_ui")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("swagger-ui-py is not installed: run scripts/bootstrap")
+    return Path(spec.submodule_search_locations[0]) / "static"
+
+
+def add_docs(app: FastAPI) -> None:
+    """``/docs`` with Swagger UI served from this server, so it works without the internet
+    (FastAPI's own page loads it from a CDN)."""
+    app.mount("/docs-assets", StaticFiles(directory=_swagger_ui_assets()), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{app.title} API",
+            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs-assets/swagger-ui.css",
+            swagger_favicon_url="/docs-assets/favicon-32x32.png",
+            swagger_ui_parameters={"persistAuthorization": False},
+        )
 
 
 def build_openapi(app: FastAPI) -> dict[str, Any]:
