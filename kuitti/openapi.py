@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 from starlette.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
 
@@ -105,6 +106,66 @@ TOKEN_REQUEST_SCHEMA: dict[str, Any] = {
 }
 
 
+class TokenResult(BaseModel):
+    type: str
+    status: str
+
+
+class ReceiptCreated(BaseModel):
+    """What creating a receipt answers: its id, the links its RECEIPT_ID tokens made, one status
+    per token (in order) and the receipt's private web address."""
+
+    receipt_id: str
+    receipt_links: list[str]
+    tokens: list[TokenResult]
+    receipt_web_url: str
+
+
+class ReceiptSummary(BaseModel):
+    receipt_id: str
+    merchant_name: str | None
+    receipt_time: str
+    total: int
+    currency: str
+
+
+class ReceiptList(BaseModel):
+    """One page, newest first; ``next_cursor`` fetches the next (null on the last page)."""
+
+    receipts: list[ReceiptSummary]
+    next_cursor: str | None
+
+
+class QrCode(BaseModel):
+    value: str
+    namespace: str
+    expires_at: str
+
+
+class AccessToken(BaseModel):
+    token_type: str
+    access_token: str
+    scope: str
+    service_id: str
+    expires_in: int
+
+
+class Revoked(BaseModel):
+    service_id: str
+    revoked: bool
+
+
+# The JSON answers of the API operations that return one shape (reading a receipt answers in the
+# format asked for; the card operations describe their own).
+RESPONSE_MODELS: dict[tuple[str, str], type[BaseModel]] = {
+    ("post", "/api/v1/receipts/"): ReceiptCreated,
+    ("get", "/api/v1/receipts/"): ReceiptList,
+    ("post", "/api/v1/qr-codes/"): QrCode,
+    ("post", "/api/oauth/token"): AccessToken,
+    ("delete", "/api/oauth/revoke"): Revoked,
+}
+
+
 def _swagger_ui_assets() -> Path:
     """Swagger UI's files as the swagger-ui-py package ships them (found without importing it:
     its package imports handlers for other web frameworks)."""
@@ -146,6 +207,12 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     schemas.pop("HTTPValidationError", None)
     schemas.pop("ValidationError", None)
     schemas.update(ERROR_SCHEMAS)
+    for response_model in RESPONSE_MODELS.values():
+        response_schema = response_model.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        )
+        schemas.update(response_schema.pop("$defs", {}))
+        schemas[response_model.__name__] = response_schema
     components["securitySchemes"] = SECURITY_SCHEMES
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
@@ -157,6 +224,10 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
 def _shape_operation(method: str, path: str, operation: dict[str, Any]) -> None:
     responses = operation.setdefault("responses", {})
     responses.pop("422", None)
+    response_model = RESPONSE_MODELS.get((method, path))
+    if response_model is not None:
+        ref = {"$ref": f"#/components/schemas/{response_model.__name__}"}
+        responses["200"]["content"] = {"application/json": {"schema": ref}}
     security = SECURITY.get((method, path))
     if security is not None:
         operation["security"] = security

@@ -11,9 +11,10 @@ import orjson
 from kuitti.app import create_app
 from kuitti.clock import FrozenClock
 from kuitti.db import Database
+from kuitti.openapi import RESPONSE_MODELS, ReceiptCreated, ReceiptList
 from kuitti.services import Services
 from tests.conftest import make_settings
-from tests.factories import auth, make_partner, receipt_doc
+from tests.factories import auth, make_partner, receipt_doc, token_body
 
 
 def test_health_and_readiness(client: httpx.Client) -> None:
@@ -141,3 +142,19 @@ def test_errors_match_the_documented_schema(client: httpx.Client) -> None:
     error = spec["components"]["schemas"]["Error"]
     answer = client.post("/api/v1/receipts/", json={}).json()
     assert set(answer) == set(error["required"])
+
+
+def test_documented_answers_match_real_ones(client: httpx.Client, services: Services) -> None:
+    """The 200 schemas in /openapi.json are the shapes the service really answers with."""
+    spec = client.get("/openapi.json").json()
+    for (method, path), model in RESPONSE_MODELS.items():
+        content = spec["paths"][path][method]["responses"]["200"]["content"]
+        assert content["application/json"]["schema"]["$ref"].endswith(f"/{model.__name__}")
+    merchant = make_partner(services, namespaces=["kauppa"])
+    body = token_body(receipt_doc(), {"type": "RECEIPT_ID", "namespace": "kauppa", "value": "A-1"})
+    created = client.post("/api/v1/receipts/", json=body, headers=auth(merchant.api_key))
+    assert created.status_code == 200
+    ReceiptCreated.model_validate(created.json(), strict=True)
+    listed = client.get("/api/v1/receipts/", headers={"Authorization": merchant.api_key})
+    page = ReceiptList.model_validate(listed.json(), strict=True)
+    assert [r.receipt_id for r in page.receipts] == [created.json()["receipt_id"]]
