@@ -37,7 +37,7 @@ COMMANDS = {
     "demo": Command(
         "kuitti.service_cli",
         "demo",
-        "Fill an empty database with a realistic example and print how to try it.",
+        "Add a realistic example (merchant, app, user, receipts) and print how to try it.",
     ),
     "db": Command("kuitti.service_cli", "db_app", "Database schema."),
     "partner": Command(

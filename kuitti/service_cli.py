@@ -81,8 +81,5 @@ def db_upgrade() -> None:
 
 
 def demo() -> None:
-    """Fill an empty database with a realistic example and print how to try it."""
-    try:
-        typer.echo(fill_demo(open_services()))
-    except ValueError as exc:
-        fail(str(exc))
+    """Add a realistic example (merchant, app, user, receipts) and print how to try it."""
+    typer.echo(fill_demo(open_services()))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -162,6 +163,20 @@ def services(session_services: Services, clock: FrozenClock) -> Iterator[Service
 def client(live_server: LiveServer, services: Services) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=live_server.url, timeout=30) as http:
         yield http
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> tuple[str, dict[str, str], list[str]]:
+    """Yields (base URL, environment, extra serve args); the test starts the process."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUITTI_PUBLIC_URL": f"http://127.0.0.1:{port}",
+        "KUITTI_LOG_LEVEL": "WARNING",
+    }
+    env.pop("KUITTI_DATABASE_URL", None)
+    return f"http://127.0.0.1:{port}", env, ["--port", str(port)]
 
 
 @pytest.fixture(scope="module")

@@ -15,19 +15,11 @@ import kuitti
 
 PACKAGE_DIR = Path(kuitti.__file__).resolve().parent
 
-# Cycles other changes are removing; the set only shrinks. The command-line circle: kuitti.cli
-# registers the domain CLIs, which import their helpers back from kuitti.cli.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset({"kuitti.cli", "kuitti.cards.cli", "kuitti.oauth.cli", "kuitti.webhooks.cli"}),
-}
-# Modules that still import inside functions, for the same reason (the command line); the set
-# only shrinks.
-KNOWN_LOCAL_IMPORTERS = {
-    "kuitti.cli",
-    "kuitti.cards.cli",
-    "kuitti.oauth.cli",
-    "kuitti.webhooks.cli",
-}
+# Cycles other changes are removing; the set only shrinks.
+KNOWN_CYCLES: set[frozenset[str]] = set()
+# Modules that still import inside functions; the set only shrinks. (The root command line loads
+# a command's module with importlib when that command runs: laziness, not a hidden cycle.)
+KNOWN_LOCAL_IMPORTERS: set[str] = set()
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What each token of a create-receipt request delivers, and the status reported for it.
 
-Statuses (SPEC §4, §8, §11):
+Statuses (docs/delivery.md, "Tokens"):
 
 - ``link_created``: a RECEIPT_ID token; the namespace link now shows the receipt.
 - ``delivered``: the token reached a service user (DYNAMIC_QR_CODE, CARD, USER, or EMAIL to an
@@ -130,7 +130,7 @@ class _Delivery:
         card = card_for_token(self.session, token.id, token.value, token.namespace)
         if card is None:
             return Status.UNMATCHED
-        # The issuer may read receipts that reached its cards (SPEC §5).
+        # The issuer may read receipts that reached its cards (docs/api.md, "List receipts").
         grant_via_card(self.session, self.receipt, card)
         return self._to_user(card.user_id, "card_token")
 

@@ -290,7 +290,7 @@ def _looks_like_jwt(value: str) -> bool:
 def check_rules(
     receipt: Receipt, prefix: tuple[str | int, ...] = (), *, attachments_enabled: bool
 ) -> list[ErrorDetail]:
-    """Rules across fields: the arithmetic of SPEC §4, verifications, premium attachments."""
+    """Rules across fields: totals that add up, verifications, premium attachments."""
     errors: list[ErrorDetail] = []
 
     def at(*parts: str | int) -> str:
