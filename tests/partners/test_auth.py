@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
-from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from kuitti.errors import Unauthorized
 from kuitti.partners.auth import api_key_from_header, authenticate_partner
 from kuitti.partners.cache import PartnerCache
 from kuitti.services import Services
+from tests.conftest import StatementCounter
 from tests.factories import make_partner
-
-
-@contextmanager
-def counted_statements(services: Services) -> Iterator[list[str]]:
-    statements: list[str] = []
-
-    def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-        statements.append(statement)
-
-    event.listen(services.db.engine, "before_cursor_execute", count)
-    try:
-        yield statements
-    finally:
-        event.remove(services.db.engine, "before_cursor_execute", count)
 
 
 @pytest.mark.parametrize(
@@ -46,20 +29,20 @@ def test_key_from_header(header: str | None, key: str | None) -> None:
     assert api_key_from_header(header) == key
 
 
-def test_a_known_key_is_looked_up_once(services: Services) -> None:
+def test_a_known_key_is_looked_up_once(services: Services, sql: StatementCounter) -> None:
     merchant = make_partner(services)
     with services.db.session(write=False) as session:
         first = authenticate_partner(services, session, f"Token {merchant.api_key}")
-    with counted_statements(services) as statements, services.db.session(write=False) as session:
+    with sql.counting() as statements, services.db.session(write=False) as session:
         again = authenticate_partner(services, session, f"Token {merchant.api_key}")
     assert again.id == first.id == merchant.partner.id
     assert statements == []
 
 
-def test_a_wrong_key_always_asks_the_database(services: Services) -> None:
+def test_a_wrong_key_always_asks_the_database(services: Services, sql: StatementCounter) -> None:
     for _ in range(2):
         with (
-            counted_statements(services) as statements,
+            sql.counting() as statements,
             services.db.session(write=False) as session,
             pytest.raises(Unauthorized),
         ):
