@@ -240,7 +240,8 @@ def run_configuration(
     from kuitti.partners.service import create_partner
     from kuitti.security import SecretBox
     from kuitti.services import Services
-    from kuitti.webhooks.events import NotificationType, enqueue
+    from kuitti.webhooks.events import enqueue
+    from kuitti.webhooks.payloads import ReceiptNotification
 
     var_dir = Path(tempfile.mkdtemp(prefix="kuitti-bench-"))
     settings = Settings(
@@ -308,15 +309,13 @@ def run_configuration(
                 with services.db.session() as session:
                     for _ in range(min(batch, count - written)):
                         partner = partners[written % len(partners)]
+                        payload = ReceiptNotification(
+                            service_id=uuid.uuid4(), receipt_id=uuid.uuid4()
+                        )
                         delivery = enqueue(
                             session,
                             partner,
-                            NotificationType.RECEIPT,
-                            {
-                                "notification_type": "receipt_notification",
-                                "service_id": str(uuid.uuid4()),
-                                "receipt_id": str(uuid.uuid4()),
-                            },
+                            payload,
                             now=services.clock.now(),
                         )
                         assert delivery is not None

@@ -25,7 +25,7 @@ from kuitti.db import Database
 from kuitti.dbmigrate import schema_is_current
 from kuitti.delivery.routes import router as delivery_router
 from kuitti.errors import ErrorDetail, KuittiError
-from kuitti.logs import configure_logging
+from kuitti.logs import configure_logging, log
 from kuitti.middleware import RequestContextMiddleware
 from kuitti.oauth.routes import router as oauth_router
 from kuitti.paths import STATIC_DIR
@@ -45,7 +45,9 @@ def create_app(
     db: Database | None = None,
     clock: Clock | None = None,
     run_worker_in_process: bool = False,
+    listening: str | None = None,
 ) -> FastAPI:
+    """The application; ``listening`` is the address ``kuitti serve`` bound, for the ready line."""
     settings = settings or load_settings()
     configure_logging(settings.log_level, json=settings.log_json)
     db = db or Database(settings.resolved_database_url, pool_size=settings.db_pool_size)
@@ -58,6 +60,12 @@ def create_app(
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
         stop = asyncio.Event()
         worker = asyncio.create_task(run_worker(services, stop)) if run_worker_in_process else None
+        log.info(
+            "kuitti is ready",
+            listening=listening or "through its ASGI server",
+            database=db.label,
+            worker="in this process" if run_worker_in_process else "not in this process",
+        )
         try:
             yield
         finally:

@@ -15,6 +15,8 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+# The databases kuitti is tested on; postgresql:// means the psycopg 3 driver we ship.
+DATABASE_SCHEMES = ("sqlite://", "postgresql://", "postgres://", "postgresql+psycopg://")
 DEFAULT_RETRY_SCHEDULE_SECONDS = (5, 30, 120, 600, 1800, 3600, 10800, 21600, 43200, 86400, 86400)
 
 
@@ -94,6 +96,13 @@ class Settings(BaseSettings):
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")
+
+    @field_validator("database_url")
+    @classmethod
+    def _supported_database(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(DATABASE_SCHEMES):
+            raise ValueError("must be sqlite:///path/to/file.db or postgresql://user:pass@host/db")
+        return value
 
     @field_validator("log_level")
     @classmethod

@@ -113,6 +113,11 @@ class Database:
     def dialect(self) -> str:
         return self.engine.dialect.name
 
+    @property
+    def label(self) -> str:
+        """The URL as it may be printed or logged: without its password."""
+        return self.engine.url.render_as_string(hide_password=True)
+
     @contextmanager
     def session(self, *, write: bool = True) -> Iterator[Session]:
         """One unit of work: commit at the end of the block, roll back on error."""

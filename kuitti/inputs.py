@@ -65,10 +65,15 @@ def parse_json(body: bytes) -> object:
 
 
 def json_path(parts: Iterable[str | int]) -> str:
-    """``receipt.products[0].name``; ``$`` for the whole body."""
+    """``receipt.products[0].name``; ``$`` for the whole body. Keys are shown with any lone
+    surrogate escaped, so an error message can always be sent back as JSON."""
     out = ""
     for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            key = part.encode("utf-8", "backslashreplace").decode()
+            out += f".{key}" if out else key
     return out or "$"
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -10,10 +14,12 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from kuitti.cli import app
+from kuitti.cli import COMMANDS, app, load_command
 from kuitti.models import Partner, User
 from kuitti.security import SecretBox, hash_secret
 from kuitti.services import Services
+from tests.conftest import free_port
+from tests.test_serve import KUITTI
 
 runner = CliRunner()
 
@@ -178,3 +184,50 @@ def test_invalid_settings_name_the_variable(services: Services) -> None:
     result = run(services, "partner", "list", KUITTI_MAX_BODY_BYTES="lots")
     assert result.exit_code == 2
     assert "KUITTI_MAX_BODY_BYTES" in result.output
+
+
+@pytest.mark.parametrize(
+    ("database_url", "message"),
+    [
+        ("mysql://x", "error: invalid settings: KUITTI_DATABASE_URL: "),
+        (
+            f"postgresql://kuitti:secret@127.0.0.1:{free_port()}/kuitti",
+            "error: cannot connect to the database postgresql+psycopg://kuitti:***@127.0.0.1:",
+        ),
+    ],
+    ids=["unsupported", "unreachable"],
+)
+@pytest.mark.parametrize("command", [["partner", "list"], ["serve"], ["db", "upgrade"]])
+def test_database_mistakes_are_one_line(
+    tmp_path: Path, database_url: str, message: str, command: list[str]
+) -> None:
+    """The console script as an operator runs it: one line, exit 2, no traceback."""
+    env = {**os.environ, "KUITTI_DATABASE_URL": database_url, "KUITTI_VAR_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [KUITTI, *command], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(message)
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "secret" not in result.stderr
+
+
+def test_lazy_commands_load_as_listed() -> None:
+    """Each command ``kuitti --help`` lists without importing it is the one that runs."""
+    for name, spec in COMMANDS.items():
+        command = load_command(name)
+        assert (command.help or "").split("\n\n")[0].replace("\n", " ") == spec.help, name
+
+
+def test_help_imports_no_command_module() -> None:
+    code = (
+        "import sys; from typer.testing import CliRunner; from kuitti.cli import app; "
+        "assert CliRunner().invoke(app, ['--help']).exit_code == 0; "
+        "print(sorted(m for m in sys.modules if m.startswith(('kuitti.', 'fastapi', 'uvicorn'))))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    for module in ("uvicorn", "kuitti.app", "kuitti.cards.cli", "kuitti.service_cli"):
+        assert f"'{module}'" not in loaded

@@ -11,6 +11,7 @@ import typer
 from kuitti.cards import service
 from kuitti.cards.explain import explain_receipt
 from kuitti.cards.settler import settle_due_matches
+from kuitti.cli_helpers import JsonFlag, emit, fail, open_services
 from kuitti.errors import KuittiError
 from kuitti.models import Partner, PartnerRole, Receipt
 
@@ -30,10 +31,9 @@ def enroll(
     pilot: Annotated[
         bool, typer.Option("--pilot", help="A pilot card (bank_pilot partner).")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Enrol a card by hand (pilot cards: matched on their masked PAN alone)."""
-    from kuitti.cli import emit, fail, open_services
 
     services = open_services()
     try:
@@ -63,7 +63,6 @@ def enroll(
 @card_app.command("settle")
 def settle() -> None:
     """Run the deferred re-check once (the delivery worker also runs it)."""
-    from kuitti.cli import open_services
 
     services = open_services()
     try:
@@ -76,11 +75,10 @@ def settle() -> None:
 @receipts_app.command("explain")
 def explain(
     receipt_id: Annotated[str, typer.Argument(help="The receipt id.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Why each CARD payment of a receipt matched (keys, window, transaction), or why it
     waits (no candidate, which cards tied, the auth window)."""
-    from kuitti.cli import emit, fail, open_services
 
     services = open_services()
     try:

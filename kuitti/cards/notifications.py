@@ -5,7 +5,6 @@ a ``full_receipt_notification``). Written in the matching unit of work; the work
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 import orjson
 from sqlalchemy import func, select
@@ -18,7 +17,12 @@ from kuitti.delivery.service import deliver_to_user, grant
 from kuitti.models import Card, Partner, Receipt
 from kuitti.models.cards import CardMatch, CardPaymentRecord
 from kuitti.oauth.service import active_connection
-from kuitti.webhooks.events import NotificationType, enqueue
+from kuitti.webhooks.events import enqueue
+from kuitti.webhooks.payloads import (
+    CardReceiptData,
+    CardReceiptNotification,
+    FullReceiptNotification,
+)
 
 
 def deliver_match(
@@ -41,42 +45,30 @@ def deliver_match(
     if card.pilot:
         _full_receipt(session, settings, receipt, issuer, card, now=now)
         return
-    enqueue(
-        session,
-        issuer,
-        NotificationType.RECEIPT,
-        {
-            "notification_type": NotificationType.RECEIPT.value,
-            "partner_card_id": card.partner_card_id,
-            "service_card_id": str(card.id),
-            "data": receipt_notification_data(receipt, record, chosen),
-        },
-        now=now,
-        bare_authorization=True,
+    payload = CardReceiptNotification(
+        partner_card_id=card.partner_card_id,
+        service_card_id=card.id,
+        data=receipt_notification_data(receipt, record, chosen),
     )
+    enqueue(session, issuer, payload, now=now)
 
 
 def receipt_notification_data(
     receipt: Receipt, record: CardPaymentRecord, chosen: Fit
-) -> dict[str, Any]:
+) -> CardReceiptData:
     """The ``data`` of an issuer's ``receipt_notification``: the codes come from the receipt,
     else from the transaction the payment fitted."""
-    data: dict[str, Any] = {
-        "receipt_id": str(receipt.id),
-        "merchant_name": receipt.merchant_name,
-        "timestamp": iso(record.paid_at),
-        "amount": str(record.amount),
-        "merchant_id": record.merchant_id,
-    }
     txn = chosen.transaction
-    reference = record.reference_number or (txn.reference_number if txn else None)
-    authorization = record.authorization_code or (txn.authorization_code if txn else None)
-    if reference is not None:
-        data["reference_number"] = reference
-    if authorization is not None:
-        data["authorization_code"] = authorization
-    data["transaction_type"] = txn.transaction_type if txn is not None else "auth"
-    return data
+    return CardReceiptData(
+        receipt_id=receipt.id,
+        merchant_name=receipt.merchant_name,
+        timestamp=iso(record.paid_at),
+        amount=str(record.amount),
+        merchant_id=record.merchant_id,
+        reference_number=record.reference_number or (txn.reference_number if txn else None),
+        authorization_code=record.authorization_code or (txn.authorization_code if txn else None),
+        transaction_type=txn.transaction_type if txn is not None else "auth",
+    )
 
 
 def _full_receipt(
@@ -104,16 +96,10 @@ def _full_receipt(
         if card.user_id is not None
         else None
     )
-    enqueue(
-        session,
-        bank,
-        NotificationType.FULL_RECEIPT,
-        {
-            "service_id": str(connection.id) if connection is not None else None,
-            "notification_type": NotificationType.FULL_RECEIPT.value,
-            "receipt_id": str(receipt.id),
-            "receipt_json": orjson.loads(receipt.document),
-            "receipt_web_url": private_link(settings, receipt.id),
-        },
-        now=now,
+    payload = FullReceiptNotification(
+        service_id=connection.id if connection is not None else None,
+        receipt_id=receipt.id,
+        receipt_json=orjson.loads(receipt.document),
+        receipt_web_url=private_link(settings, receipt.id),
     )
+    enqueue(session, bank, payload, now=now)

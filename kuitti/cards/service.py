@@ -27,7 +27,8 @@ from kuitti.metrics import CARD_MATCHING_SECONDS
 from kuitti.models import Card, Namespace, Partner
 from kuitti.models.cards import CardMatch, CardPurchase, CardTransaction, TransactionType
 from kuitti.receipts.schema import ISO_4217_CODES
-from kuitti.webhooks.events import NotificationType, enqueue, notify_connection
+from kuitti.webhooks.events import enqueue, notify_connection
+from kuitti.webhooks.payloads import CardAdded, CardAddedData, TransactionNotification
 
 PARTNER_CARD_ID_MAX = 200
 HOLDER_NAME_MAX = 200
@@ -199,24 +200,11 @@ def enroll_card(
 
 
 def _card_added(session: Session, issuer: Partner, card: Card, *, now: datetime) -> None:
-    data: dict[str, Any] = {}
-    if card.holder_name is not None:
-        data["name"] = card.holder_name
-    data["masked_pan"] = card.masked_pan
-    data["exp_date"] = iso_utc(card.exp_date)
-    enqueue(
-        session,
-        issuer,
-        NotificationType.CARD_ADDED,
-        {
-            "notification_type": NotificationType.CARD_ADDED.value,
-            "partner_card_id": card.partner_card_id,
-            "service_card_id": str(card.id),
-            "data": data,
-        },
-        now=now,
-        bare_authorization=True,
+    data = CardAddedData(
+        name=card.holder_name, masked_pan=card.masked_pan, exp_date=iso_utc(card.exp_date)
     )
+    payload = CardAdded(partner_card_id=card.partner_card_id, service_card_id=card.id, data=data)
+    enqueue(session, issuer, payload, now=now)
 
 
 def delete_card(session: Session, issuer: Partner, service_card_id: str, *, now: datetime) -> Card:
@@ -446,14 +434,10 @@ def record_transaction(
             select(CardMatch.receipt_id).where(CardMatch.purchase_id == purchase.id)
         )
         for connection in reading_connections(session, card.user_id):
-            notify_connection(
-                session,
-                connection,
-                NotificationType.TRANSACTION,
-                receipt_id=str(receipt_id) if receipt_id is not None else None,
-                data={"merchant_name": request.merchant_name},
-                now=now,
+            payload = TransactionNotification.about(
+                connection, receipt_id=receipt_id, merchant_name=request.merchant_name
             )
+            notify_connection(session, connection, payload, now=now)
     return _transaction_json(session, card, txn, replayed=False)
 
 

@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 
 from kuitti.models import Connection, Receipt, ReceiptDelivery, ReceiptGrant
 from kuitti.oauth.scopes import Scope
-from kuitti.webhooks.events import NotificationType, notify_connection
+from kuitti.webhooks.events import notify_connection
+from kuitti.webhooks.payloads import ReceiptNotification
 
 
 def grant(session: Session, receipt: Receipt, partner_id: uuid.UUID, reason: str) -> bool:
@@ -56,8 +57,7 @@ def deliver_to_user(
         notify_connection(
             session,
             connection,
-            NotificationType.RECEIPT,
-            receipt_id=str(receipt.id),
+            ReceiptNotification.about(connection, receipt_id=receipt.id),
             now=now,
         )
     return True

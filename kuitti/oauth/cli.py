@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from sqlalchemy import select
 
+from kuitti.cli_helpers import JsonFlag, emit, open_services
 from kuitti.models import SigningKey
+from kuitti.oauth import keys
+from kuitti.security import SecretBox
 
 keys_app = typer.Typer(help="Token signing keys.", no_args_is_help=True)
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 @keys_app.command("rotate")
 def rotate(as_json: JsonFlag = False) -> None:
     """Make a new signing key. New tokens are signed with it; older keys stay in the JWKS and
     keep verifying the tokens they signed."""
-    from kuitti.cli import emit, open_services
-    from kuitti.oauth import keys
-    from kuitti.security import SecretBox
 
     services = open_services()
     box = SecretBox(services.settings.resolved_secret_key)
@@ -33,7 +30,6 @@ def rotate(as_json: JsonFlag = False) -> None:
 @keys_app.command("list")
 def list_keys(as_json: JsonFlag = False) -> None:
     """List the signing keys, newest (the one that signs) first."""
-    from kuitti.cli import emit, open_services
 
     services = open_services()
     with services.db.session(write=False) as session:

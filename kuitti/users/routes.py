@@ -16,9 +16,9 @@ from kuitti.deps import ReadSession, ServicesDep, WriteSession
 from kuitti.models import Connection, User
 from kuitti.receipts.view import format_money
 from kuitti.users import service as users
-from kuitti.users.sessions import SESSION_COOKIE, CurrentUser, RequireUser, redirect
+from kuitti.users.sessions import CurrentUser, RequireUser, redirect
 from kuitti.users.sessions import router as sessions_router
-from kuitti.web import check_csrf, render
+from kuitti.web import SESSION_COOKIE, check_csrf, render
 
 # The account page writes amounts the Finnish way with the currency code: "14,98 EUR".
 ACCOUNT_LOCALE = "fi"

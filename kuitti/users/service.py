@@ -32,7 +32,8 @@ from kuitti.models import (
     UserSession,
     UserToken,
 )
-from kuitti.webhooks.events import NotificationType, notify_connection
+from kuitti.webhooks.events import notify_connection
+from kuitti.webhooks.payloads import OAuthRevokeNotification
 
 MIN_PASSWORD_LENGTH = 8
 MAX_PASSWORD_LENGTH = 1024
@@ -336,7 +337,7 @@ def revoke_connection(session: Session, connection: Connection, *, now: datetime
         return
     connection.revoked_at = now
     connection.updated_at = now
-    notify_connection(session, connection, NotificationType.OAUTH_REVOKE, now=now)
+    notify_connection(session, connection, OAuthRevokeNotification.about(connection), now=now)
 
 
 @dataclass(frozen=True)

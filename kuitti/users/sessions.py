@@ -24,9 +24,15 @@ from kuitti.errors import KuittiError
 from kuitti.metrics import LOGINS
 from kuitti.models import User
 from kuitti.users import service as users
-from kuitti.web import check_csrf, render, secure_cookies, set_page_headers
+from kuitti.web import (
+    SESSION_COOKIE,
+    check_csrf,
+    render,
+    renew_csrf_token,
+    secure_cookies,
+    set_page_headers,
+)
 
-SESSION_COOKIE = "kuitti_session"
 DEFAULT_NEXT = "/account"
 MAX_NEXT_CHARS = 4000
 
@@ -216,6 +222,7 @@ def _submit(
         )
     users.end_session(session, request.cookies.get(SESSION_COOKIE))
     token = users.start_session(session, user, now=now)
+    renew_csrf_token(request, token)
     response = redirect(request, target)
     set_session_cookie(request, response, token)
     return response

@@ -1,4 +1,4 @@
-"""``kuitti webhooks list`` and ``kuitti webhooks replay`` (SPEC §3, §11 "Delivery log")."""
+"""``kuitti webhooks list`` and ``kuitti webhooks replay``: the operator's delivery log."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from typing import Annotated
 
 import typer
 
+from kuitti.cli_helpers import JsonFlag, emit, fail, open_services
 from kuitti.models.outbox import DeliveryStatus
+from kuitti.webhooks.service import UnknownDelivery, delivery_json, list_deliveries, replay
 
 webhooks_app = typer.Typer(help="Webhook deliveries: list and replay.", no_args_is_help=True)
 
 
 def _uuid(value: str, what: str) -> uuid.UUID:
-    from kuitti.cli import fail
 
     try:
         return uuid.UUID(value)
@@ -28,11 +29,9 @@ def list_command(
         DeliveryStatus | None, typer.Option(help="pending, delivered or failed.")
     ] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many, newest first.")] = 100,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """The delivery log: each delivery with its attempts (status code, latency, error)."""
-    from kuitti.cli import emit, open_services
-    from kuitti.webhooks.service import delivery_json, list_deliveries
 
     partner_id = _uuid(partner, "partner") if partner else None
     services = open_services()
@@ -60,11 +59,9 @@ def list_command(
 @webhooks_app.command("replay")
 def replay_command(
     delivery_id: Annotated[str, typer.Argument(help="The delivery (its webhook-id).")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Send a delivery again now, with the same webhook-id and a fresh retry schedule."""
-    from kuitti.cli import emit, fail, open_services
-    from kuitti.webhooks.service import UnknownDelivery, delivery_json, replay
 
     target = _uuid(delivery_id, "delivery")
     services = open_services()

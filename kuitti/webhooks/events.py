@@ -1,8 +1,8 @@
 """Writing notifications into the outbox, in the caller's transaction.
 
-Bodies are exactly the interface's tables. Nothing is sent here: the worker sends rows after the
-transaction that wrote them has committed, so a rolled-back change notifies nobody and a crash
-after commit loses nothing.
+Bodies are the models of ``kuitti.webhooks.payloads``. Nothing is sent here: the worker sends
+rows after the transaction that wrote them has committed, so a rolled-back change notifies nobody
+and a crash after commit loses nothing.
 """
 
 from __future__ import annotations
@@ -11,24 +11,13 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from enum import StrEnum
-from typing import Any
 
-import orjson
 from sqlalchemy import event, text
 from sqlalchemy.orm import Session
 
 from kuitti.models import Connection, Partner, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
-
-
-class NotificationType(StrEnum):
-    RECEIPT = "receipt_notification"
-    TRANSACTION = "transaction_notification"
-    OAUTH_REVOKE = "oauth_authorization_revoke"
-    FULL_RECEIPT = "full_receipt_notification"
-    CARD_ADDED = "card_added"
-
+from kuitti.webhooks.payloads import WebhookPayload
 
 # Workers wake as soon as a transaction that queued a webhook commits: in the same process
 # through these callbacks, in other processes through PostgreSQL's NOTIFY (which the database
@@ -82,26 +71,18 @@ def _forget_after_rollback(session: Session) -> None:
 
 
 def enqueue(
-    session: Session,
-    partner: Partner,
-    notification_type: NotificationType,
-    payload: dict[str, Any],
-    *,
-    now: datetime,
-    bare_authorization: bool = False,
+    session: Session, partner: Partner, payload: WebhookPayload, *, now: datetime
 ) -> WebhookDelivery | None:
-    """Queue one webhook for a partner; partners without a webhook URL get none.
-
-    ``bare_authorization``: card-issuer webhooks send ``Authorization: <key>`` rather than
-    ``Token <key>``."""
+    """Queue one webhook for a partner; partners without a webhook URL get none. The body is
+    fixed now; the URL and key are read at each attempt."""
     if not partner.webhook_url:
         return None
     delivery = WebhookDelivery(
         id=uuid.uuid4(),
         partner_id=partner.id,
-        notification_type=notification_type.value,
-        payload=orjson.dumps(payload).decode(),
-        bare_authorization=bare_authorization,
+        notification_type=payload.notification_type.value,
+        payload=payload.body().decode(),
+        bare_authorization=payload.BARE_AUTHORIZATION,
         status=DeliveryStatus.PENDING,
         attempt_count=0,
         next_attempt_at=now,
@@ -112,27 +93,10 @@ def enqueue(
     return delivery
 
 
-def connection_payload(
-    connection: Connection, notification_type: NotificationType, **fields: Any
-) -> dict[str, Any]:
-    """The body of a partner-application webhook about one connection."""
-    payload: dict[str, Any] = {"notification_type": notification_type.value}
-    payload["service_id"] = str(connection.id)
-    payload.update(fields)
-    if connection.partner_metadata:
-        payload["partner_metadata"] = connection.partner_metadata
-    return payload
-
-
 def notify_connection(
-    session: Session,
-    connection: Connection,
-    notification_type: NotificationType,
-    *,
-    now: datetime,
-    **fields: Any,
+    session: Session, connection: Connection, payload: WebhookPayload, *, now: datetime
 ) -> WebhookDelivery | None:
+    """Queue a webhook to the partner application of ``connection``."""
     partner = session.get(Partner, connection.partner_id)
     assert partner is not None
-    payload = connection_payload(connection, notification_type, **fields)
-    return enqueue(session, partner, notification_type, payload, now=now)
+    return enqueue(session, partner, payload, now=now)

@@ -23,7 +23,7 @@ def _iso(moment: datetime | None) -> str | None:
 
 
 def delivery_json(delivery: WebhookDelivery) -> dict[str, Any]:
-    """One entry of the delivery log, as SPEC §11 gives it."""
+    """One entry of the delivery log (``kuitti webhooks list --json``)."""
     pending = delivery.status == DeliveryStatus.PENDING
     return {
         "delivery_id": str(delivery.id),

@@ -5,13 +5,15 @@ features.)"""
 from __future__ import annotations
 
 import httpx
+import pytest
 from sqlalchemy import func, select
 
 from kuitti.models import MailMessage, User, UserSession, UserToken
 from kuitti.services import Services
 from kuitti.users import service as users
+from tests.conftest import LiveServer
 from tests.factories import make_user
-from tests.oauth.flow import log_in
+from tests.oauth.flow import csrf_of, log_in
 
 
 def count(services: Services, model: type) -> int:
@@ -86,3 +88,73 @@ class TestCsrfEverywhere:
             assert row is not None
             assert row.used_at is None
         assert log_in(client, "maija@example.com").status_code == 303
+
+
+SELF_CHOSEN = ["abc", "a" * 43, "x.y"]
+
+# Every form kind: (path, needs a logged-in user, other fields).
+FORMS = [
+    ("/login", False, {"email": "maija@example.com", "password": "correct horse 1"}),
+    ("/signup", False, {"email": "new@example.com", "password": "long enough 1"}),
+    ("/password-reset", False, {"email": "maija@example.com"}),
+    ("/password-reset/sometoken", False, {"password": "attacker chose"}),
+    ("/r/sometoken", False, {"action": "import"}),
+    ("/ns/kauppa/r/1234", False, {"action": "import"}),
+    ("/logout", True, {}),
+    ("/verify-email", True, {}),
+    ("/account/delete", True, {"password": "correct horse 1"}),
+    ("/account/connections/0b5e1f2a-0000-4000-8000-000000000000/remove", True, {}),
+    ("/auth", True, {"decision": "approve"}),
+    ("/membership", True, {"action": "remove"}),
+]
+
+
+class TestTokensAreBound:
+    """A cookie and field that the client chose itself are refused on every form, and so is a
+    genuine token issued to another session."""
+
+    @pytest.mark.parametrize(("path", "logged_in", "fields"), FORMS)
+    @pytest.mark.parametrize("chosen", SELF_CHOSEN)
+    def test_a_self_chosen_pair_is_refused(
+        self,
+        client: httpx.Client,
+        services: Services,
+        path: str,
+        logged_in: bool,
+        fields: dict[str, str],
+        chosen: str,
+    ) -> None:
+        make_user(services, "maija@example.com")
+        if logged_in:
+            log_in(client, "maija@example.com")
+        sessions = count(services, UserSession)
+        client.cookies.set("kuitti_csrf", chosen)
+        answer = client.post(path, data={**fields, "csrf_token": chosen})
+        assert answer.status_code == 403
+        assert count(services, UserSession) == sessions
+        assert count(services, User) == 1
+        assert count(services, MailMessage) == 0
+
+    def test_a_token_of_another_session_is_refused(
+        self, client: httpx.Client, services: Services, live_server: LiveServer
+    ) -> None:
+        make_user(services, "maija@example.com")
+        make_user(services, "matti@example.com")
+        log_in(client, "maija@example.com")
+        maija_token = csrf_of(client.get("/account"))
+        with httpx.Client(base_url=live_server.url) as other:
+            log_in(other, "matti@example.com")
+            other.cookies.set("kuitti_csrf", maija_token)
+            assert other.post("/logout", data={"csrf_token": maija_token}).status_code == 403
+            assert other.get("/account").status_code == 200
+        assert client.post("/logout", data={"csrf_token": maija_token}).status_code == 303
+
+    def test_logging_in_issues_a_token_for_the_new_session(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        make_user(services, "maija@example.com")
+        before = csrf_of(client.get("/login"))
+        log_in(client, "maija@example.com")
+        after = client.cookies["kuitti_csrf"]
+        assert after != before
+        assert client.post("/logout", data={"csrf_token": after}).status_code == 303

@@ -13,7 +13,8 @@ from sqlalchemy import func, select
 from kuitti.delivery.mail import send_due_mail
 from kuitti.models import User, UserSession
 from kuitti.services import Services
-from kuitti.users.sessions import SESSION_COOKIE, safe_next
+from kuitti.users.sessions import safe_next
+from kuitti.web import SESSION_COOKIE
 from tests.conftest import LiveServer, free_port, make_settings
 from tests.factories import make_user
 from tests.oauth.flow import csrf_of, log_in
@@ -193,10 +194,12 @@ class TestSecureCookies:
                 },
             )
             assert answer.status_code == 303
-            session_cookie = next(v for k, v in answer.headers.multi_items() if k == "set-cookie")
-            assert session_cookie.startswith(f"{SESSION_COOKIE}=")
-            assert "Secure" in session_cookie
-            assert "HttpOnly" in session_cookie
+            # The session cookie, and a CSRF token bound to the new session.
+            cookies = [v for k, v in answer.headers.multi_items() if k == "set-cookie"]
+            assert {c.split("=")[0] for c in cookies} == {SESSION_COOKIE, "kuitti_csrf"}
+            for cookie in cookies:
+                assert "Secure" in cookie
+                assert "HttpOnly" in cookie
 
 
 class TestSessionLifetime:

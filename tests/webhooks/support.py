@@ -16,7 +16,8 @@ from sqlalchemy import select
 from kuitti.models import Connection, PartnerRole, WebhookDelivery
 from kuitti.partners.service import NewPartner
 from kuitti.services import Services
-from kuitti.webhooks.events import NotificationType, enqueue
+from kuitti.webhooks.events import enqueue
+from kuitti.webhooks.payloads import ReceiptNotification, WebhookPayload
 from kuitti.webhooks.worker import deliver_due, make_client
 from kuitti.worker import run_worker
 from tests import factories
@@ -67,22 +68,16 @@ def add_connection(
         )
 
 
+def a_receipt_notification() -> ReceiptNotification:
+    return ReceiptNotification(service_id=uuid.uuid4(), receipt_id=uuid.uuid4())
+
+
 def queue(
-    services: Services,
-    partner: NewPartner,
-    payload: dict[str, Any] | None = None,
-    *,
-    kind: NotificationType = NotificationType.RECEIPT,
-    bare: bool = False,
+    services: Services, partner: NewPartner, payload: WebhookPayload | None = None
 ) -> uuid.UUID:
     with services.db.session() as session:
         delivery = enqueue(
-            session,
-            partner.partner,
-            kind,
-            payload or {"notification_type": kind.value, "service_id": str(uuid.uuid4())},
-            now=services.clock.now(),
-            bare_authorization=bare,
+            session, partner.partner, payload or a_receipt_notification(), now=services.clock.now()
         )
         assert delivery is not None
         return delivery.id

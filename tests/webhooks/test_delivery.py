@@ -23,10 +23,23 @@ from kuitti.models.outbox import DeliveryStatus
 from kuitti.partners.service import NewPartner
 from kuitti.services import Services
 from kuitti.webhooks import worker as webhook_worker
-from kuitti.webhooks.events import NotificationType, enqueue
+from kuitti.webhooks.events import enqueue
+from kuitti.webhooks.payloads import (
+    CardAdded,
+    CardAddedData,
+    CardReceiptData,
+    CardReceiptNotification,
+    FullReceiptNotification,
+    OAuthRevokeNotification,
+    ReceiptNotification,
+    TransactionData,
+    TransactionNotification,
+    WebhookPayload,
+)
 from tests.factories import auth, make_partner, make_user, receipt_doc
 from tests.webhooks.receivers import Behaviour, Received, Receiver
 from tests.webhooks.support import (
+    a_receipt_notification,
     add_connection,
     deliver,
     delivery,
@@ -111,71 +124,142 @@ class TestReceiptNotification:
         assert bank.received == []
 
 
+SERVICE_ID = uuid.UUID("0b7c4a52-9b7e-4d4c-8f4e-6f1f3c1c2a10")
+RECEIPT_ID = uuid.UUID("5d0c9c0e-3f0e-4b9e-9d55-2b8b8f6d2f11")
+CARD_ID = uuid.UUID("3f1c0d1e-8a3b-4c55-9d0e-1b2c3d4e5f60")
+CARD_DATA = {"masked_pan": "415301******1234", "exp_date": "2028-12-31T23:59:59Z"}
+ISSUER_RECEIPT_DATA = {
+    "receipt_id": str(RECEIPT_ID),
+    "merchant_name": "Kauppa Oy",
+    "timestamp": "2026-01-15T12:03:11Z",
+    "amount": "849",
+    "merchant_id": "MID-000123",
+}
+
+
+def issuer_receipt(**codes: str) -> CardReceiptNotification:
+    data = CardReceiptData.model_validate({**ISSUER_RECEIPT_DATA, **codes})
+    return CardReceiptNotification(partner_card_id="card-1", service_card_id=CARD_ID, data=data)
+
+
 class TestEveryNotificationType:
+    """Each payload model gives the interface's body byte for byte: key order, ``null`` where
+    the interface sends it, and keys left out where it leaves them out."""
+
     @pytest.mark.parametrize(
-        ("kind", "roles", "bare", "payload"),
+        ("payload", "roles", "bare", "body"),
         [
             (
-                NotificationType.TRANSACTION,
+                ReceiptNotification(service_id=SERVICE_ID, receipt_id=RECEIPT_ID),
+                (PartnerRole.APP,),
+                False,
+                {
+                    "notification_type": "receipt_notification",
+                    "service_id": str(SERVICE_ID),
+                    "receipt_id": str(RECEIPT_ID),
+                },
+            ),
+            (
+                TransactionNotification(
+                    service_id=SERVICE_ID,
+                    receipt_id=None,
+                    data=TransactionData(merchant_name="Kauppa Oy"),
+                    partner_metadata={"customer": "c-77"},
+                ),
                 (PartnerRole.APP,),
                 False,
                 {
                     "notification_type": "transaction_notification",
-                    "service_id": "0b7c4a52-9b7e-4d4c-8f4e-6f1f3c1c2a10",
-                    "receipt_id": "5d0c9c0e-3f0e-4b9e-9d55-2b8b8f6d2f11",
+                    "service_id": str(SERVICE_ID),
+                    "receipt_id": None,
                     "data": {"merchant_name": "Kauppa Oy"},
+                    "partner_metadata": {"customer": "c-77"},
                 },
             ),
             (
-                NotificationType.OAUTH_REVOKE,
+                OAuthRevokeNotification(service_id=SERVICE_ID, partner_metadata={"ä": "ö"}),
                 (PartnerRole.APP,),
                 False,
                 {
                     "notification_type": "oauth_authorization_revoke",
-                    "service_id": "0b7c4a52-9b7e-4d4c-8f4e-6f1f3c1c2a10",
+                    "service_id": str(SERVICE_ID),
                     "partner_metadata": {"ä": "ö"},
                 },
             ),
             (
-                NotificationType.CARD_ADDED,
+                CardAdded(
+                    partner_card_id="card-1",
+                    service_card_id=CARD_ID,
+                    data=CardAddedData(**CARD_DATA),
+                ),
                 (PartnerRole.CARD_ISSUER,),
                 True,
                 {
                     "notification_type": "card_added",
                     "partner_card_id": "card-1",
-                    "service_card_id": "sc_1",
-                    "data": {
-                        "masked_pan": "415301******1234",
-                        "exp_date": "2028-12-31T23:59:59Z",
-                    },
+                    "service_card_id": str(CARD_ID),
+                    "data": CARD_DATA,
                 },
             ),
             (
-                NotificationType.RECEIPT,
+                CardAdded(
+                    partner_card_id="card-1",
+                    service_card_id=CARD_ID,
+                    data=CardAddedData(name="Maija Meikäläinen", **CARD_DATA),
+                ),
+                (PartnerRole.CARD_ISSUER,),
+                True,
+                {
+                    "notification_type": "card_added",
+                    "partner_card_id": "card-1",
+                    "service_card_id": str(CARD_ID),
+                    "data": {"name": "Maija Meikäläinen", **CARD_DATA},
+                },
+            ),
+            (
+                issuer_receipt(transaction_type="auth"),
                 (PartnerRole.CARD_ISSUER,),
                 True,
                 {
                     "notification_type": "receipt_notification",
                     "partner_card_id": "card-1",
-                    "service_card_id": "sc_1",
+                    "service_card_id": str(CARD_ID),
+                    "data": {**ISSUER_RECEIPT_DATA, "transaction_type": "auth"},
+                },
+            ),
+            (
+                issuer_receipt(
+                    reference_number="260115140311",
+                    authorization_code="A1B2C3",
+                    transaction_type="clearing",
+                ),
+                (PartnerRole.CARD_ISSUER,),
+                True,
+                {
+                    "notification_type": "receipt_notification",
+                    "partner_card_id": "card-1",
+                    "service_card_id": str(CARD_ID),
                     "data": {
-                        "receipt_id": "5d0c9c0e-3f0e-4b9e-9d55-2b8b8f6d2f11",
-                        "merchant_name": "Kauppa Oy",
-                        "timestamp": "2026-01-15T12:03:11Z",
-                        "amount": "849",
-                        "merchant_id": "MID-000123",
-                        "transaction_type": "auth",
+                        **ISSUER_RECEIPT_DATA,
+                        "reference_number": "260115140311",
+                        "authorization_code": "A1B2C3",
+                        "transaction_type": "clearing",
                     },
                 },
             ),
             (
-                NotificationType.FULL_RECEIPT,
+                FullReceiptNotification(
+                    service_id=None,
+                    receipt_id=RECEIPT_ID,
+                    receipt_json=receipt_doc(),
+                    receipt_web_url="https://kuitti.example/r/abc",
+                ),
                 (PartnerRole.BANK_PILOT,),
                 False,
                 {
-                    "notification_type": "full_receipt_notification",
                     "service_id": None,
-                    "receipt_id": "5d0c9c0e-3f0e-4b9e-9d55-2b8b8f6d2f11",
+                    "notification_type": "full_receipt_notification",
+                    "receipt_id": str(RECEIPT_ID),
                     "receipt_json": receipt_doc(),
                     "receipt_web_url": "https://kuitti.example/r/abc",
                 },
@@ -185,14 +269,14 @@ class TestEveryNotificationType:
     def test_body_headers_and_signature(
         self,
         services: Services,
-        kind: NotificationType,
+        payload: WebhookPayload,
         roles: tuple[PartnerRole, ...],
         bare: bool,
-        payload: dict[str, object],
+        body: dict[str, object],
     ) -> None:
         with Receiver() as partner_endpoint:
             partner = webhook_partner(services, partner_endpoint.url, *roles)
-            delivery_id = queue(services, partner, payload, kind=kind, bare=bare)
+            delivery_id = queue(services, partner, payload)
             assert deliver(services) == 1
             [call] = partner_endpoint.wait_for(1)
         key = str(partner.webhook_key)
@@ -200,8 +284,8 @@ class TestEveryNotificationType:
         assert call.headers["authorization"] == expected_auth
         assert call.headers["content-type"] == "application/json"
         assert call.webhook_id == str(delivery_id)
-        assert verify(call, key) == payload
-        assert call.body == orjson.dumps(payload)
+        assert verify(call, key) == body
+        assert call.body == orjson.dumps(body)
 
     def test_a_tampered_body_does_not_verify(self, services: Services) -> None:
         from standardwebhooks.webhooks import WebhookVerificationError
@@ -222,11 +306,7 @@ class TestEveryNotificationType:
         with services.db.session() as session:
             assert (
                 enqueue(
-                    session,
-                    partner.partner,
-                    NotificationType.RECEIPT,
-                    {"x": 1},
-                    now=services.clock.now(),
+                    session, partner.partner, a_receipt_notification(), now=services.clock.now()
                 )
                 is None
             )
@@ -241,11 +321,7 @@ class TestOutbox:
         def change_that_fails(partner: NewPartner) -> None:
             with services.db.session() as session:
                 enqueue(
-                    session,
-                    partner.partner,
-                    NotificationType.RECEIPT,
-                    {"notification_type": "receipt_notification"},
-                    now=services.clock.now(),
+                    session, partner.partner, a_receipt_notification(), now=services.clock.now()
                 )
                 session.flush()
                 raise Boom
@@ -378,7 +454,8 @@ class TestAttemptLog:
     ) -> None:
         with Receiver(Behaviour(status=503)) as endpoint:
             partner = webhook_partner(services, endpoint.url)
-            delivery_id = queue(services, partner, kind=NotificationType.OAUTH_REVOKE)
+            revoke = OAuthRevokeNotification(service_id=uuid.uuid4())
+            delivery_id = queue(services, partner, revoke)
             with info_logs(monkeypatch) as capture:
                 deliver(services)
                 clock.set(delivery(services, delivery_id).next_attempt_at)

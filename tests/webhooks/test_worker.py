@@ -21,12 +21,13 @@ from kuitti.delivery.mail import enqueue_mail
 from kuitti.models import WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
 from kuitti.services import Services
-from kuitti.webhooks.events import NotificationType, enqueue, wake_workers
+from kuitti.webhooks.events import enqueue, wake_workers
 from kuitti.webhooks.worker import Outcome, claim_due, lease_seconds, record_outcomes
 from tests.webhooks.proxy import TcpProxy
 from tests.webhooks.receivers import Behaviour, Receiver
 from tests.webhooks.support import (
     WorkerThread,
+    a_receipt_notification,
     deliver,
     delivery,
     queue,
@@ -95,13 +96,9 @@ class TestLease:
             busy = webhook_partner(services, busy_endpoint.url, name="Kiireinen")
             quiet = webhook_partner(services, quiet_endpoint.url, name="Hiljainen")
             with services.db.session() as session:
-                for i in range(300):
+                for _ in range(300):
                     enqueue(
-                        session,
-                        busy.partner,
-                        NotificationType.RECEIPT,
-                        {"n": i},
-                        now=services.clock.now(),
+                        session, busy.partner, a_receipt_notification(), now=services.clock.now()
                     )
             clock.advance(1)
             quiet_id = queue(services, quiet)  # due after all 300 of the busy partner's
@@ -163,8 +160,7 @@ class TestRunningWorker:
                         enqueue(
                             session,
                             partners[i % 3].partner,
-                            NotificationType.RECEIPT,
-                            {"notification_type": "receipt_notification", "n": i},
+                            a_receipt_notification(),
                             now=services.clock.now(),
                         )
                 calls = [e.wait_for(100) for e in endpoints]

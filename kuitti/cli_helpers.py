@@ -1,0 +1,79 @@
+"""What every ``kuitti`` command shares: settings, services, output and failure.
+
+The domain command groups (``kuitti/cards/cli.py``, ``oauth/cli.py``, ``webhooks/cli.py``,
+``partners/cli.py``, ``users/cli.py``) import this module; none of them imports the root
+``kuitti/cli.py``, which only lists them.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from typing import Annotated, Any, NoReturn
+
+import orjson
+import typer
+from pydantic import ValidationError
+from sqlalchemy.exc import ArgumentError, OperationalError
+
+from kuitti.clock import SystemClock
+from kuitti.config import Settings, load_settings
+from kuitti.db import Database
+from kuitti.dbmigrate import schema_is_current, upgrade
+from kuitti.services import Services
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def fail(message: str) -> NoReturn:
+    """One red line on stderr and exit status 2: what an operator sees for any mistake."""
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(2)
+
+
+def emit(data: dict[str, Any], as_json: bool, human: str) -> None:
+    if as_json:
+        sys.stdout.write(orjson.dumps(data).decode() + "\n")
+    else:
+        typer.echo(human)
+
+
+def settings_or_exit() -> Settings:
+    try:
+        return load_settings()
+    except ValidationError as exc:
+        lines = [
+            f"KUITTI_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
+        ]
+        fail("invalid settings: " + "; ".join(lines))
+
+
+def open_database(settings: Settings, pool_size: int) -> Database:
+    """The configured database, or exit with one line when it cannot be reached."""
+    try:
+        db = Database(settings.resolved_database_url, pool_size=pool_size)
+    except ArgumentError as exc:
+        fail(f"KUITTI_DATABASE_URL: {exc}")
+    try:
+        with db.engine.connect():
+            pass
+    except OperationalError as exc:
+        db.dispose()
+        reason = str(exc.orig or exc).strip().splitlines()[0]
+        fail(f"cannot connect to the database {db.label}: {reason}")
+    return db
+
+
+def open_services() -> Services:
+    """Settings, database and clock for one command; an embedded SQLite is migrated on the spot.
+    The database connections are closed when the command ends."""
+    settings = settings_or_exit()
+    db = open_database(settings, pool_size=2)
+    if db.is_sqlite:
+        upgrade(db)
+    elif not schema_is_current(db):
+        db.dispose()
+        fail("the database schema is not current: run 'kuitti db upgrade'")
+    services = Services(settings=settings, db=db, clock=SystemClock())
+    weakref.finalize(services, db.dispose)
+    return services

@@ -1,0 +1,95 @@
+"""``kuitti serve``, ``kuitti worker``, ``kuitti db upgrade`` and ``kuitti demo``: running and
+preparing the service.
+
+``serve``, ``worker`` and ``demo`` are plain functions: ``kuitti/cli.py`` makes them commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Annotated
+
+import typer
+import uvicorn
+import uvloop
+
+from kuitti.asgi import LISTEN_ENV, RUN_WORKER_ENV
+from kuitti.cli_helpers import fail, open_database, open_services, settings_or_exit
+from kuitti.dbmigrate import upgrade
+from kuitti.demo import fill_demo
+from kuitti.logs import UVICORN_LOG_CONFIG
+from kuitti.services import Services
+from kuitti.worker import run_worker
+
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, help="Server processes.")] = 1,
+    no_worker: Annotated[
+        bool, typer.Option("--no-worker", help="Do not run the delivery worker in-process.")
+    ] = False,
+) -> None:
+    """Run the service (and, unless --no-worker, the delivery worker in-process)."""
+    open_services()  # validates settings and migrates an embedded database before forking
+    config = uvicorn.Config(
+        "kuitti.asgi:app_from_environment",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+        log_config=UVICORN_LOG_CONFIG,
+        access_log=False,
+        proxy_headers=True,
+        server_header=False,
+    )
+    try:
+        # Bound before the application starts, so its ready line is only logged once the
+        # address is really listening (and a port in use stops here with one line).
+        sock = config.bind_socket()
+    except SystemExit:
+        fail(f"cannot listen on {host}:{port} (is another server running there?)")
+    os.environ[RUN_WORKER_ENV] = "0" if no_worker else "1"
+    os.environ[LISTEN_ENV] = f"http://{host}:{sock.getsockname()[1]}"
+    if workers > 1:
+        uvicorn.supervisors.Multiprocess(config, sockets=[sock]).run()
+    else:
+        uvicorn.Server(config).run(sockets=[sock])
+
+
+def worker() -> None:
+    """Run the delivery worker alone (webhooks and e-mail)."""
+
+    async def main(services: Services) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_worker(services, stop)
+
+    # uvloop (installed with uvicorn[standard]) as kuitti serve uses: less CPU per delivery.
+    uvloop.run(main(open_services()))
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply migrations to KUITTI_DATABASE_URL."""
+    db = open_database(settings_or_exit(), pool_size=1)
+    try:
+        upgrade(db)
+    finally:
+        db.dispose()
+    typer.echo("database is at the newest revision")
+
+
+def demo() -> None:
+    """Fill an empty database with a realistic example and print how to try it."""
+    try:
+        typer.echo(fill_demo(open_services()))
+    except ValueError as exc:
+        fail(str(exc))

@@ -1,0 +1,167 @@
+"""The body of every webhook, one model per notification type, field for field as the interface
+gives it (docs/webhooks.md shows each).
+
+Key order is the order of the fields. Keys the interface leaves out when there is no value
+(``partner_metadata``, a card holder's ``name``, the payment codes) are listed in
+``OMITTED_WHEN_NONE`` and dropped from the body when they are ``None``; every other ``None`` is
+sent as ``null``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+
+from kuitti.models import Connection
+
+
+class NotificationType(StrEnum):
+    RECEIPT = "receipt_notification"
+    TRANSACTION = "transaction_notification"
+    OAUTH_REVOKE = "oauth_authorization_revoke"
+    FULL_RECEIPT = "full_receipt_notification"
+    CARD_ADDED = "card_added"
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    OMITTED_WHEN_NONE: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in self.OMITTED_WHEN_NONE:
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+
+class WebhookPayload(Body):
+    """A whole webhook body. ``BARE_AUTHORIZATION``: card-issuer webhooks send
+    ``Authorization: <key>`` rather than ``Token <key>``."""
+
+    BARE_AUTHORIZATION: ClassVar[bool] = False
+
+    if TYPE_CHECKING:  # each body declares it as a field, where the interface puts it
+        notification_type: NotificationType
+
+    def body(self) -> bytes:
+        return orjson.dumps(self.model_dump(mode="json"))
+
+
+class _ConnectionPayload(WebhookPayload):
+    """To a partner application, about one of its connections."""
+
+    OMITTED_WHEN_NONE = frozenset({"partner_metadata"})
+
+
+class ReceiptNotification(_ConnectionPayload):
+    """A receipt became the user's."""
+
+    notification_type: Literal[NotificationType.RECEIPT] = NotificationType.RECEIPT
+    service_id: uuid.UUID
+    receipt_id: uuid.UUID
+    partner_metadata: dict[str, Any] | None = None
+
+    @classmethod
+    def about(cls, connection: Connection, *, receipt_id: uuid.UUID) -> ReceiptNotification:
+        return cls(
+            service_id=connection.id,
+            receipt_id=receipt_id,
+            partner_metadata=connection.partner_metadata or None,
+        )
+
+
+class TransactionData(Body):
+    merchant_name: str
+
+
+class TransactionNotification(_ConnectionPayload):
+    """A card issuer reported a purchase on the user's card; ``receipt_id`` when matched."""
+
+    notification_type: Literal[NotificationType.TRANSACTION] = NotificationType.TRANSACTION
+    service_id: uuid.UUID
+    receipt_id: uuid.UUID | None
+    data: TransactionData
+    partner_metadata: dict[str, Any] | None = None
+
+    @classmethod
+    def about(
+        cls, connection: Connection, *, receipt_id: uuid.UUID | None, merchant_name: str
+    ) -> TransactionNotification:
+        return cls(
+            service_id=connection.id,
+            receipt_id=receipt_id,
+            data=TransactionData(merchant_name=merchant_name),
+            partner_metadata=connection.partner_metadata or None,
+        )
+
+
+class OAuthRevokeNotification(_ConnectionPayload):
+    """The user removed the connection on the service side."""
+
+    notification_type: Literal[NotificationType.OAUTH_REVOKE] = NotificationType.OAUTH_REVOKE
+    service_id: uuid.UUID
+    partner_metadata: dict[str, Any] | None = None
+
+    @classmethod
+    def about(cls, connection: Connection) -> OAuthRevokeNotification:
+        return cls(service_id=connection.id, partner_metadata=connection.partner_metadata or None)
+
+
+class CardAddedData(Body):
+    OMITTED_WHEN_NONE = frozenset({"name"})
+
+    name: str | None = None
+    masked_pan: str
+    exp_date: str
+
+
+class CardAdded(WebhookPayload):
+    """To a card issuer: a card it enrolled has been processed."""
+
+    BARE_AUTHORIZATION = True
+
+    notification_type: Literal[NotificationType.CARD_ADDED] = NotificationType.CARD_ADDED
+    partner_card_id: str
+    service_card_id: uuid.UUID
+    data: CardAddedData
+
+
+class CardReceiptData(Body):
+    OMITTED_WHEN_NONE = frozenset({"reference_number", "authorization_code"})
+
+    receipt_id: uuid.UUID
+    merchant_name: str
+    timestamp: str
+    amount: str  # fractional units, as text
+    merchant_id: str
+    reference_number: str | None = None
+    authorization_code: str | None = None
+    transaction_type: str
+
+
+class CardReceiptNotification(WebhookPayload):
+    """To a card issuer: a receipt was matched to one of its cards."""
+
+    BARE_AUTHORIZATION = True
+
+    notification_type: Literal[NotificationType.RECEIPT] = NotificationType.RECEIPT
+    partner_card_id: str
+    service_card_id: uuid.UUID
+    data: CardReceiptData
+
+
+class FullReceiptNotification(WebhookPayload):
+    """To a bank in pilot mode: the whole receipt matched to one of its pilot cards."""
+
+    service_id: uuid.UUID | None
+    notification_type: Literal[NotificationType.FULL_RECEIPT] = NotificationType.FULL_RECEIPT
+    receipt_id: uuid.UUID
+    receipt_json: dict[str, Any]
+    receipt_web_url: str
