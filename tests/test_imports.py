@@ -15,12 +15,6 @@ import kuitti
 
 PACKAGE_DIR = Path(kuitti.__file__).resolve().parent
 
-# Cycles other changes are removing; the set only shrinks.
-KNOWN_CYCLES: set[frozenset[str]] = set()
-# Modules that still import inside functions; the set only shrinks. (The root command line loads
-# a command's module with importlib when that command runs: laziness, not a hidden cycle.)
-KNOWN_LOCAL_IMPORTERS: set[str] = set()
-
 
 @dataclass(frozen=True)
 class Import:
@@ -118,9 +112,9 @@ def test_no_import_cycles() -> None:
     edges: dict[str, set[str]] = {}
     for found in imports():
         edges.setdefault(found.importer, set()).add(found.imported)
-    assert set(cycles(edges)) <= KNOWN_CYCLES
+    assert cycles(edges) == []
 
 
 def test_no_function_local_imports() -> None:
     local = sorted({(i.importer, i.imported) for i in imports() if i.in_function})
-    assert [pair for pair in local if pair[0] not in KNOWN_LOCAL_IMPORTERS] == []
+    assert local == []

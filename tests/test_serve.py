@@ -13,7 +13,6 @@ import orjson
 import pytest
 
 from kuitti.services import Services
-from tests.conftest import BACKEND
 from tests.factories import auth, receipt_doc
 
 KUITTI = shutil.which("kuitti", path=str(Path(sys.executable).parent)) or "kuitti"
@@ -82,7 +81,7 @@ def test_embedded_default_on_sqlite(
         stop(process)
 
 
-@pytest.mark.skipif(BACKEND != "postgresql", reason="scale-out runs on PostgreSQL")
+@pytest.mark.postgres_only
 def test_several_processes_on_postgresql(
     serve: tuple[str, dict[str, str], list[str]], tmp_path: Path, services: Services
 ) -> None:
