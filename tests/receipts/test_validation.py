@@ -547,6 +547,27 @@ class TestFullCardNumbers:
     def test_accepted(self, extra: dict[str, Any]) -> None:
         parse_receipt_request(orjson.dumps(receipt_doc(**extra)), attachments_enabled=False)
 
+    @pytest.mark.parametrize(
+        "written",
+        [
+            r"Kortti 4111\u00201111\u00201111\u00201111",  # escaped spaces
+            r"Kortti \u0034\u0031\u0031\u0031 1111 1111 1111",  # escaped digits
+            "Kortti 4\u0661\u0661\u0661 \u0661\u0661\u0661\u0661 "
+            "\u0661\u0661\u0661\u0661 \u0661\u0661\u0661\u0661",  # Arabic-Indic digits, as UTF-8
+        ],
+    )
+    def test_refused_however_the_json_spells_it(self, written: str) -> None:
+        """The body is scanned for runs of digits before the document is walked; a number the
+        scan cannot see as written (escapes, digits beyond ASCII) must still be found."""
+        body = orjson.dumps(receipt_doc(freeText="@")).replace(
+            b'"@"', b'"' + written.encode() + b'"'
+        )
+        with pytest.raises(InvalidRequest) as caught:
+            parse_receipt_request(body, attachments_enabled=False)
+        details = [e.as_json() for e in caught.value.details()]
+        assert [d["error"] for d in details] == ["invalid_value"]
+        assert details[0]["decription"].startswith("freeText: looks like a full card number")
+
     def test_card_token_value_is_refused(self) -> None:
         body = {
             "attributes": {"tokens": [{"type": "CARD", "id": "card-1", "value": VISA}]},
