@@ -1,13 +1,24 @@
-"""Ingest benchmark: receipts/s, p50/p99 latency and peak server RSS for ``POST
-/api/v1/receipts/``, on SQLite and on PostgreSQL, beside the bare-framework ceiling measured in
-the same run (a FastAPI app that only validates the same receipts; ``bench/bare_app.py``).
+"""Ingest benchmark: receipts/s, p50/p99, server CPU per stored receipt and peak RSS for ``POST
+/api/v1/receipts/`` on SQLite and on PostgreSQL, beside two references measured in the same run
+(``bench/bare_app.py``):
 
-Receipts are realistic: 1–60 product rows, three VAT rates, a CARD payment with the full set of
+- the parse-only ceiling: Starlette reads the body, parses the JSON, answers 200 with a fresh id;
+- FastAPI validating the receipt exactly as kuitti does (no authentication, database or logging).
+
+Every server runs with the same number of processes (``--workers``; kuitti as ``kuitti serve
+--workers N --no-worker`` runs it, through uvicorn with a longer
+worker health check). Receipts are realistic: ``--rows`` product rows (60 by default, a
+full grocery basket; 0 for 1–60 at random), three VAT rates, a CARD payment with the full set of
 terminal attributes. The load comes from ``wrk`` (Debian package ``wrk``; C, so the client takes
-little of the machine's two cores) over real HTTP on loopback, with N concurrent connections.
+little of the machine's cores) over real HTTP on loopback, with N concurrent connections.
 
-    .venv/bin/python bench/ingest.py                      # both databases, 50 clients, 20 s
-    .venv/bin/python bench/ingest.py --database sqlite --clients 50 --seconds 10 --workers 2
+CPU per receipt is the user+system CPU of the whole server process tree, read from /proc before
+and after the measured run, divided by the receipts the database gained (for the references, by
+the requests answered). The database server's own CPU is not included.
+
+    .venv/bin/python bench/ingest.py                      # both databases, 2 processes, 50 clients
+    .venv/bin/python bench/ingest.py --workers 1,2,4 --seconds 10
+    .venv/bin/python bench/ingest.py --database sqlite --clients 50 --seconds 10
 
 PostgreSQL runs use a fresh database made from KUITTI_TEST_POSTGRES_URL (default
 postgresql://kuitti:kuitti@127.0.0.1:5432/postgres) and drop it afterwards.
@@ -24,12 +35,13 @@ import secrets
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +53,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kuitti.asgi import RUN_WORKER_ENV  # noqa: E402
 from tests.factories import card_payment, product_row, receipt_doc  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get(
@@ -49,6 +62,8 @@ PG_ADMIN_URL = os.environ.get(
 BIN = Path(sys.executable).parent
 RATES = ("25.5", "14", "10")
 NAMES = ("Maito 1 l", "Ruisleipä", "Kahvi 500 g", "Banaani kg", "Juusto 400 g", "Omena kg")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+UVICORN_ARGS = ("--log-level", "warning", "--timeout-worker-healthcheck", "120")
 
 
 @dataclass
@@ -59,17 +74,18 @@ class Result:
     p99_ms: float
     non_2xx: int
     peak_rss_mb: float
+    cpu_ms_per_op: float
 
     def line(self) -> str:
         return (
-            f"{self.name:<34} {self.requests_per_second:>9.0f} req/s   p50 {self.p50_ms:>6.1f} ms"
-            f"   p99 {self.p99_ms:>6.1f} ms   peak RSS {self.peak_rss_mb:>6.0f} MB"
-            f"   non-2xx {self.non_2xx}"
+            f"{self.name:<30} {self.requests_per_second:>7.0f} /s  p50 {self.p50_ms:>6.1f} ms"
+            f"  p99 {self.p99_ms:>6.1f} ms  CPU {self.cpu_ms_per_op:>5.2f} ms/op"
+            f"  RSS {self.peak_rss_mb:>4.0f} MB  non-2xx {self.non_2xx}"
         )
 
 
-def realistic_receipt(rng: random.Random, number: int) -> dict[str, Any]:
-    rows = [
+def realistic_receipt(rng: random.Random, number: int, rows: int) -> dict[str, Any]:
+    products = [
         product_row(
             rng.choice(NAMES),
             unit_price=rng.randint(49, 4999),
@@ -77,9 +93,9 @@ def realistic_receipt(rng: random.Random, number: int) -> dict[str, Any]:
             rate=rng.choice(RATES),
             EANCode=f"64{rng.randint(10**10, 10**11 - 1)}",
         )
-        for _ in range(rng.randint(1, 60))
+        for _ in range(rows or rng.randint(1, 60))
     ]
-    doc = receipt_doc(rows, receiptNumber=f"B-{number:06d}")
+    doc = receipt_doc(products, receiptNumber=f"B-{number:06d}")
     stamp = f"2026-01-15T{rng.randint(8, 21):02d}:{rng.randint(0, 59):02d}:00+02:00"
     doc["receiptTimeStamp"] = stamp
     doc["payments"] = [
@@ -114,21 +130,42 @@ def free_port() -> int:
         return port
 
 
-def tree_rss_kb(pid: int) -> int:
-    """Resident memory of a process and all its descendants, from /proc."""
-    total = 0
+def process_tree(pid: int) -> list[int]:
+    """A process and all its descendants, from /proc."""
+    found: list[int] = []
     pending = [pid]
     while pending:
         current = pending.pop()
+        found.append(current)
+        try:
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending.extend(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return found
+
+
+def tree_rss_kb(pid: int) -> int:
+    total = 0
+    for current in process_tree(pid):
         try:
             status = Path(f"/proc/{current}/status").read_text()
             total += int(re.search(r"VmRSS:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
-            for task in Path(f"/proc/{current}/task").iterdir():
-                children = (task / "children").read_text().split()
-                pending.extend(int(c) for c in children)
         except (OSError, AttributeError):
             continue
     return total
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process tree so far (live processes only)."""
+    ticks = 0
+    for current in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / CLOCK_TICKS
 
 
 class RssSampler(threading.Thread):
@@ -144,7 +181,7 @@ class RssSampler(threading.Thread):
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 240  # imports are slow on a busy machine
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise SystemExit(f"server exited with {process.returncode}")
@@ -192,26 +229,46 @@ end
     )
 
 
-def run_wrk(url: str, script: Path, clients: int, seconds: int) -> tuple[float, float, float, int]:
+@dataclass
+class WrkRun:
+    requests: int
+    requests_per_second: float
+    p50_ms: float
+    p99_ms: float
+    non_2xx: int
+
+
+def run_wrk(url: str, script: Path, clients: int, seconds: int) -> WrkRun:
     threads = min(2, clients)
     command = [
         "wrk",
         f"-t{threads}",
         f"-c{clients}",
         f"-d{seconds}s",
+        "--timeout",
+        "10s",
         "--latency",
         "-s",
         str(script),
     ]
     out = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
+    return parse_wrk(out)
+
+
+def parse_wrk(out: str) -> WrkRun:
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = _latency_ms(out, "50%")
-    p99 = _latency_ms(out, "99%")
+    requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     non_2xx_match = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    return rps, p50, p99, int(non_2xx_match.group(1)) if non_2xx_match else 0
+    return WrkRun(
+        requests,
+        rps,
+        latency_ms(out, "50%"),
+        latency_ms(out, "99%"),
+        int(non_2xx_match.group(1)) if non_2xx_match else 0,
+    )
 
 
-def _latency_ms(out: str, percentile: str) -> float:
+def latency_ms(out: str, percentile: str) -> float:
     value, unit = re.search(rf"{percentile}\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
@@ -224,23 +281,36 @@ def measure(
     script: Path,
     args: argparse.Namespace,
     workdir: Path,
+    stored: Callable[[], int] | None = None,
 ) -> Result:
+    """Warm up, then one measured wrk run; CPU is divided by ``stored()``'s growth if given."""
     base = f"http://127.0.0.1:{port}"
-    ready = f"{base}/readyz" if "kuitti" in command[0] else f"{base}/healthz"
+    url = f"{base}/api/v1/receipts/"
+    ready = f"{base}/readyz" if stored is not None else f"{base}/healthz"
     with running(command, env, ready, workdir / f"{name.split()[0]}.log") as pid:
-        run_wrk(f"{base}/api/v1/receipts/", script, args.clients, 3)  # warm-up
+        run_wrk(url, script, args.clients, 3)  # warm-up
         sampler = RssSampler(pid)
         sampler.start()
-        rps, p50, p99, non_2xx = run_wrk(
-            f"{base}/api/v1/receipts/", script, args.clients, args.seconds
-        )
+        before_count = stored() if stored else 0
+        before_cpu = tree_cpu_seconds(pid)
+        run = run_wrk(url, script, args.clients, args.seconds)
+        cpu = tree_cpu_seconds(pid) - before_cpu
+        operations = stored() - before_count if stored else run.requests - run.non_2xx
         sampler.stopped.set()
         sampler.join()
-    return Result(name, rps, p50, p99, non_2xx, sampler.peak_kb / 1024)
+    return Result(
+        name,
+        run.requests_per_second,
+        run.p50_ms,
+        run.p99_ms,
+        run.non_2xx,
+        sampler.peak_kb / 1024,
+        1000 * cpu / max(operations, 1),
+    )
 
 
 @contextmanager
-def database(kind: str, workdir: Path) -> Iterator[str | None]:
+def database(kind: str) -> Iterator[str | None]:
     if kind == "sqlite":
         yield None
         return
@@ -254,10 +324,30 @@ def database(kind: str, workdir: Path) -> Iterator[str | None]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def bench_kuitti(kind: str, script_bodies: list[bytes], args: argparse.Namespace) -> Result:
-    with tempfile.TemporaryDirectory() as tmp, database(kind, Path(tmp)) as url:
+def receipt_counter(url: str | None, workdir: Path) -> Callable[[], int]:
+    def count() -> int:
+        if url is None:
+            with sqlite3.connect(workdir / "var" / "kuitti.db") as connection:
+                return int(connection.execute("SELECT count(*) FROM receipts").fetchone()[0])
+        with psycopg.connect(url) as connection:
+            row = connection.execute("SELECT count(*) FROM receipts").fetchone()
+            assert row is not None
+            return int(row[0])
+
+    return count
+
+
+@contextmanager
+def kuitti_instance(kind: str) -> Iterator[tuple[Path, dict[str, str], str, str | None]]:
+    """A fresh database with one merchant partner: (workdir, env, api key, database URL)."""
+    with tempfile.TemporaryDirectory() as tmp, database(kind) as url:
         workdir = Path(tmp)
-        env = {**os.environ, "KUITTI_VAR_DIR": str(workdir / "var"), "KUITTI_LOG_LEVEL": "INFO"}
+        env = {
+            **os.environ,
+            "KUITTI_VAR_DIR": str(workdir / "var"),
+            "KUITTI_LOG_LEVEL": "INFO",
+            RUN_WORKER_ENV: "0",
+        }
         env.pop("KUITTI_DATABASE_URL", None)
         if url:
             env["KUITTI_DATABASE_URL"] = url
@@ -268,67 +358,95 @@ def bench_kuitti(kind: str, script_bodies: list[bytes], args: argparse.Namespace
              "--json"],
             env=env, capture_output=True, check=True,
         )  # fmt: skip
-        api_key = json.loads(created.stdout)["api_key"]
+        yield workdir, env, json.loads(created.stdout)["api_key"], url
+
+
+def kuitti_command(port: int, workers: int, serve_args: str) -> list[str]:
+    """What ``kuitti serve --workers N --no-worker`` runs, with a longer worker health check:
+    on a busy machine a worker's imports can outlast uvicorn's 5 s default and the supervisor
+    then kills and respawns it for ever."""
+    return [
+        str(BIN / "uvicorn"), "kuitti.asgi:app_from_environment", "--factory",
+        "--port", str(port), "--workers", str(workers), *UVICORN_ARGS,
+        "--proxy-headers", "--no-server-header", *serve_args.split(),
+    ]  # fmt: skip
+
+
+def bench_kuitti(kind: str, bodies: list[bytes], workers: int, args: argparse.Namespace) -> Result:
+    with kuitti_instance(kind) as (workdir, env, api_key, url):
         script = workdir / "post.lua"
-        wrk_script(script_bodies, api_key, script)
+        wrk_script(bodies, api_key, script)
         port = free_port()
-        command = [
-            str(BIN / "kuitti"),
-            "serve",
-            "--port",
-            str(port),
-            "--workers",
-            str(args.workers),
-        ]
         return measure(
-            f"kuitti on {kind} ({args.workers} proc)", command, env, port, script, args, workdir
+            f"kuitti {kind} ({workers} proc)",
+            kuitti_command(port, workers, args.serve_args),
+            env,
+            port,
+            script,
+            args,
+            workdir,
+            stored=receipt_counter(url, workdir),
         )
 
 
-def bench_bare(script_bodies: list[bytes], args: argparse.Namespace) -> Result:
+def bench_reference(
+    app: str, label: str, bodies: list[bytes], workers: int, args: argparse.Namespace
+) -> Result:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         script = workdir / "post.lua"
-        wrk_script(script_bodies, "unused", script)
+        wrk_script(bodies, "unused", script)
         port = free_port()
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         command = [
-            str(BIN / "uvicorn"), "bench.bare_app:app", "--port", str(port),
-            "--workers", str(args.workers), "--log-level", "warning", "--no-access-log",
+            str(BIN / "uvicorn"), f"bench.bare_app:{app}", "--port", str(port),
+            "--workers", str(workers), "--no-access-log", *UVICORN_ARGS,
         ]  # fmt: skip
-        return measure(
-            f"bare FastAPI ({args.workers} proc)", command, env, port, script, args, workdir
-        )
+        return measure(f"{label} ({workers} proc)", command, env, port, script, args, workdir)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--seconds", type=int, default=20)
-    parser.add_argument("--workers", type=int, default=1, help="server processes")
+    parser.add_argument("--seconds", type=int, default=15)
+    parser.add_argument("--workers", default="2", help="server processes, or a list such as 1,2,4")
+    parser.add_argument("--rows", type=int, default=60, help="product rows (0: 1–60 at random)")
     parser.add_argument("--receipts", type=int, default=200, help="distinct bodies to send")
-    parser.add_argument("--serve-args", default="", help="extra arguments for kuitti serve")
+    parser.add_argument("--no-validating", action="store_true", help="skip the FastAPI reference")
+    parser.add_argument(
+        "--serve-args", default="", help="extra arguments for uvicorn serving kuitti"
+    )
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is needed: apt-get install wrk")
     rng = random.Random(20260115)
-    bodies = [json.dumps(realistic_receipt(rng, i)).encode() for i in range(args.receipts)]
+    bodies = [
+        json.dumps(realistic_receipt(rng, i, args.rows)).encode() for i in range(args.receipts)
+    ]
     sizes = sorted(len(b) for b in bodies)
     print(
         f"{len(bodies)} receipts, body size median {sizes[len(sizes) // 2] / 1024:.1f} KB, "
         f"max {sizes[-1] / 1024:.1f} KB; {args.clients} clients, {args.seconds} s, "
-        f"{os.cpu_count()} CPUs"
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start"
     )
-    results = [bench_bare(bodies, args)]
-    print(results[0].line(), flush=True)
     kinds = ["sqlite", "postgresql"] if args.database == "both" else [args.database]
-    for kind in kinds:
-        results.append(bench_kuitti(kind, bodies, args))
-        print(results[-1].line(), flush=True)
-    ceiling = results[0].requests_per_second
-    for result in results[1:]:
-        print(f"{result.name}: {100 * result.requests_per_second / ceiling:.0f} % of the ceiling")
+    for workers in [int(w) for w in args.workers.split(",")]:
+        ceiling = bench_reference("parse_only", "parse-only", bodies, workers, args)
+        print(ceiling.line(), flush=True)
+        results = []
+        if not args.no_validating:
+            results.append(
+                bench_reference("validating", "FastAPI+validation", bodies, workers, args)
+            )
+            print(results[-1].line(), flush=True)
+        for kind in kinds:
+            results.append(bench_kuitti(kind, bodies, workers, args))
+            print(results[-1].line(), flush=True)
+        for result in results:
+            share = 100 * result.requests_per_second / ceiling.requests_per_second
+            print(f"  {result.name}: {share:.1f} % of the parse-only ceiling")
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
 if __name__ == "__main__":

@@ -133,36 +133,30 @@ def receivers_main(count: int) -> None:
 
 
 def worker_main(use_uvloop: bool) -> None:
-    """One ``kuitti worker`` (settings from KUITTI_* variables); prints ``ready``."""
-    if use_uvloop:
-        import uvloop
-
-        uvloop.install()
+    """One ``kuitti worker`` (settings from KUITTI_* variables, the same entry point as the
+    command); prints ``ready``."""
     from kuitti.clock import SystemClock
     from kuitti.config import load_settings
     from kuitti.db import Database
     from kuitti.services import Services
-    from kuitti.worker import run_worker
+    from kuitti.worker import run_worker_process
 
     settings = load_settings()
     db = Database(settings.resolved_database_url, pool_size=settings.db_pool_size)
     services = Services(settings=settings, db=db, clock=SystemClock())
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        print("ready", flush=True)
-        await run_worker(services, stop)
-
+    print("ready", flush=True)
     profile_path = os.environ.get("KUITTI_BENCH_PROFILE")
     if profile_path:  # where the worker's event-loop thread spends its time
         import cProfile
 
-        cProfile.runctx("asyncio.run(main())", globals(), locals(), f"{profile_path}.{os.getpid()}")
+        cProfile.runctx(
+            "run_worker_process(services, use_uvloop=use_uvloop)",
+            globals(),
+            locals(),
+            f"{profile_path}.{os.getpid()}",
+        )
     else:
-        asyncio.run(main())
+        run_worker_process(services, use_uvloop=use_uvloop)
     db.dispose()
 
 

@@ -10,7 +10,6 @@ from typing import Any
 import anyio.to_thread
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -28,12 +27,13 @@ from kuitti.errors import ErrorDetail, KuittiError
 from kuitti.logs import configure_logging, log
 from kuitti.middleware import RequestContextMiddleware
 from kuitti.oauth.routes import router as oauth_router
+from kuitti.openapi import add_docs, build_openapi
 from kuitti.paths import STATIC_DIR
 from kuitti.receipts.routes import router as receipts_router
-from kuitti.receipts.schema import Receipt, TokenReceiptRequest
 from kuitti.responses import ORJSONResponse
 from kuitti.services import Services
 from kuitti.users.routes import router as users_router
+from kuitti.web import render
 from kuitti.worker import run_worker
 
 ROUTERS = (receipts_router, delivery_router, oauth_router, users_router, cards_router)
@@ -80,20 +80,28 @@ def create_app(
         lifespan=lifespan,
         default_response_class=ORJSONResponse,
         redirect_slashes=False,
+        docs_url=None,  # add_docs() serves it without a CDN
+        redoc_url=None,
     )
     app.state.services = services
     for router in ROUTERS:
         _add_slash_twins(router)
         app.include_router(router)
     _add_operations_routes(app, services)
+    add_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_error_handlers(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app
 
 
 def _add_operations_routes(app: FastAPI, services: Services) -> None:
+    @app.get("/", include_in_schema=False)
+    def home(request: Request) -> Response:
+        """Where a newcomer lands: links to the API docs, the guides and the health endpoints."""
+        return render(request, "home.html", {"version": __version__})
+
     @app.get("/healthz", tags=["operations"], summary="The process is alive")
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -160,18 +168,3 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return _error_response([ErrorDetail(code, str(exc.detail))], exc.status_code)
-
-
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    if app.openapi_schema:
-        return app.openapi_schema
-    schema = get_openapi(
-        title=app.title, version=app.version, summary=app.summary, routes=app.routes
-    )
-    components = schema.setdefault("components", {}).setdefault("schemas", {})
-    for model in (Receipt, TokenReceiptRequest):
-        model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        components.update(model_schema.pop("$defs", {}))
-        components[model.__name__] = model_schema
-    app.openapi_schema = schema
-    return schema

@@ -8,16 +8,11 @@ Secrets are printed once, at creation. What the commands share (settings, output
 from __future__ import annotations
 
 import importlib
-from typing import Annotated, NamedTuple
+from typing import NamedTuple
 
 import typer
 from typer import _click as click  # Typer's own copy of click: the types TyperGroup is made of
 from typer.core import TyperCommand, TyperGroup
-
-from kuitti.cli_helpers import JsonFlag, emit, fail, open_services
-from kuitti.models import PartnerRole
-from kuitti.partners import service as partners
-from kuitti.security import SecretBox
 
 
 class Command(NamedTuple):
@@ -42,9 +37,14 @@ COMMANDS = {
     "demo": Command(
         "kuitti.service_cli",
         "demo",
-        "Fill an empty database with a realistic example and print how to try it.",
+        "Add a realistic example (merchant, app, user, receipts) and print how to try it.",
     ),
     "db": Command("kuitti.service_cli", "db_app", "Database schema."),
+    "partner": Command(
+        "kuitti.partners.cli",
+        "partner_app",
+        "Partners: merchants, apps, card issuers, pilot banks.",
+    ),
     "user": Command("kuitti.users.cli", "user_app", "Service users."),
     "card": Command("kuitti.cards.cli", "card_app", "Cards: enrol pilot cards."),
     "webhooks": Command(
@@ -93,59 +93,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-partner_app = typer.Typer(help="Partners: merchants, apps, card issuers, pilot banks.")
-app.add_typer(partner_app, name="partner")
 
 
-@partner_app.command("create")
-def partner_create(
-    name: Annotated[str, typer.Option(help="Partner name shown to users.")],
-    role: Annotated[
-        list[PartnerRole], typer.Option(help="merchant, app, card_issuer, bank_pilot.")
-    ],
-    namespace: Annotated[list[str] | None, typer.Option(help="Receipt-link namespace.")] = None,
-    redirect_uri: Annotated[list[str] | None, typer.Option(help="OAuth redirect URI.")] = None,
-    webhook_url: Annotated[str | None, typer.Option(help="Where webhooks are sent.")] = None,
-    attachments: Annotated[bool, typer.Option(help="Enable premium attachments.")] = False,
-    iban: Annotated[str | None, typer.Option(help="Seller bank account for Finvoice.")] = None,
-    bic: Annotated[str | None, typer.Option(help="BIC of that account.")] = None,
-    public_client: Annotated[
-        bool, typer.Option(help="An app that cannot keep a secret (PKCE required).")
-    ] = False,
-    as_json: JsonFlag = False,
-) -> None:
-    """Create a partner; its secrets are printed once."""
-    try:
-        services = open_services()
-        with services.db.session() as session:
-            box = SecretBox(services.settings.resolved_secret_key)
-            created = partners.create_partner(
-                session,
-                box,
-                name=name,
-                roles=role,
-                now=services.clock.now(),
-                namespaces=namespace or [],
-                redirect_uris=redirect_uri or [],
-                webhook_url=webhook_url,
-                attachments=attachments,
-                iban=iban,
-                bic=bic,
-                public_client=public_client,
-                allow_insecure_webhooks=services.settings.webhook_allow_insecure,
-            )
-            data = created.as_json()
-    except partners.PartnerInputError as exc:
-        fail(str(exc))
-    human = "\n".join(f"{k}: {v}" for k, v in data.items() if v is not None)
-    emit(data, as_json, human + "\n(secrets are shown only now)")
-
-
-@partner_app.command("list")
-def partner_list(as_json: JsonFlag = False) -> None:
-    """List partners (no secrets)."""
-    services = open_services()
-    with services.db.session(write=False) as session:
-        rows = [partners.partner_summary(p) for p in partners.list_partners(session)]
-    human = "\n".join(f"{p['partner_id']}  {p['name']}  {','.join(p['roles'])}" for p in rows)
-    emit({"partners": rows}, as_json, human or "no partners")
+@app.callback()
+def main() -> None:
+    """kuitti, an open digital receipt service."""
+    # Every command is lazy (COMMANDS): the callback is what makes the root a group.

@@ -1,13 +1,13 @@
-"""``kuitti demo``: a realistic example in an empty database, and how to try it."""
+"""``kuitti demo``: a realistic example, added to any database, and how to try it."""
 
 from __future__ import annotations
 
 import copy
+import secrets
 from typing import Any
+from urllib.parse import quote
 
-from sqlalchemy import func, select
-
-from kuitti.models import Partner, PartnerRole
+from kuitti.models import PartnerRole
 from kuitti.partners.service import create_partner
 from kuitti.receipts.schema import Receipt
 from kuitti.receipts.service import create_receipt
@@ -16,7 +16,7 @@ from kuitti.security import SecretBox
 from kuitti.services import Services
 from kuitti.users.service import create_user
 
-DEMO_EMAIL = "demo@example.com"
+DEMO_REDIRECT_URI = "http://localhost:8080/callback"
 DEMO_PASSWORD = "demo-password"  # noqa: S105  (printed by the demo on purpose)
 
 _ROW = {
@@ -82,19 +82,21 @@ def demo_receipt(number: int) -> dict[str, Any]:
 
 
 def fill_demo(services: Services) -> str:
+    """Add one demo set (its own tag, so a used database takes another) and say how to use it."""
     settings = services.settings
     box = SecretBox(settings.resolved_secret_key)
     now = services.clock.now()
+    tag = secrets.token_hex(3)
+    namespace = f"demokauppa-{tag}"
+    email = f"demo-{tag}@example.com"
     with services.db.session() as session:
-        if session.scalar(select(func.count()).select_from(Partner)):
-            raise ValueError("the database is not empty; demo fills only an empty one")
         merchant = create_partner(
             session,
             box,
             name="Demokauppa Oy",
             roles=[PartnerRole.MERCHANT],
             now=now,
-            namespaces=["demokauppa"],
+            namespaces=[namespace],
             iban="FI2112345600000785",
             bic="NDEAFIHH",
         )
@@ -104,29 +106,52 @@ def fill_demo(services: Services) -> str:
             name="Demo Expense App",
             roles=[PartnerRole.APP],
             now=now,
-            redirect_uris=["http://localhost:8080/callback"],
+            redirect_uris=[DEMO_REDIRECT_URI],
         )
-        user = create_user(session, DEMO_EMAIL, DEMO_PASSWORD, now=now, verified=True)
-        links = []
-        for number in (1, 2, 3):
+        create_user(session, email, DEMO_PASSWORD, now=now, verified=True)
+        receipt_ids, links = [], []
+        tokens = [
+            *({"type": "RECEIPT_ID", "namespace": namespace, "value": f"demo-{n}"} for n in (1, 2)),
+            {"type": "EMAIL", "value": email},  # delivered to the demo user's account
+        ]
+        for number, raw_token in enumerate(tokens, start=1):
             document = demo_receipt(number)
-            token = parse_token(
-                {"type": "RECEIPT_ID", "namespace": "demokauppa", "value": f"demo-{number}"}
+            request = ReceiptRequest(
+                Receipt.model_validate(document), document, [parse_token(raw_token)]
             )
-            request = ReceiptRequest(Receipt.model_validate(document), document, [token])
             _status, body = create_receipt(session, settings, merchant.partner, request, now=now)
+            receipt_ids.append(body["receipt_id"])
             links.extend(body["receipt_links"])
-    base = settings.base_url
+    read = '-H "Authorization: $MERCHANT_KEY"'
+    receipt_url = "$KUITTI/api/v1/receipts/$RECEIPT_ID"
+    consent = (
+        f"$KUITTI/auth?response_type=code&client_id=$CLIENT_ID&redirect_uri="
+        f"{quote(DEMO_REDIRECT_URI, safe='')}&scope=receipt%3Aread&state=demo"
+    )
     return "\n".join(
         [
-            "Demo data created.",
-            f"  merchant 'Demokauppa Oy'   API key: {merchant.api_key}",
-            f"  app 'Demo Expense App'     client_id: {application.partner.client_id}",
-            f"                             client_secret: {application.client_secret}",
-            f"  user                       {user.email} / {DEMO_PASSWORD}",
-            "Receipt links:",
-            *(f"  {link}" for link in links),
-            "Try:",
-            f"  curl -s -H 'Authorization: Token {merchant.api_key}' {base}/api/v1/receipts/",
+            f"# Demo set {tag} added: a merchant, a partner app, a user and three receipts.",
+            "",
+            "# Paste these into a shell; the README tour and docs/oauth.md use the same names.",
+            f"export KUITTI={settings.base_url}",
+            f"export MERCHANT_KEY={merchant.api_key}   # merchant 'Demokauppa Oy'",
+            f"export API_KEY={application.api_key}   # app 'Demo Expense App' (SERVICE_APIKEY)",
+            f"export CLIENT_ID={application.partner.client_id}",
+            f"export CLIENT_SECRET={application.client_secret}",
+            f"export REDIRECT_URI={DEMO_REDIRECT_URI}",
+            f"export DEMO_EMAIL={email} DEMO_PASSWORD={DEMO_PASSWORD}   # the user's login",
+            f"export RECEIPT_ID={receipt_ids[0]}",
+            "",
+            "# Receipt links (open one in a browser; log in as the demo user to keep it):",
+            *(f"#   {link}" for link in links),
+            "",
+            "# The first receipt in each format, read with the merchant's key:",
+            f'curl -fsS "{receipt_url}/service_json/" {read}',
+            f'curl -fsS -o receipt.pdf "{receipt_url}/service_pdf/" {read}',
+            f'curl -fsS -o finvoice.xml "{receipt_url}/finvoice_xml/" {read}',
+            f'curl -fsS -o finvoice.pdf "{receipt_url}/finvoice_pdf/" {read}',
+            "",
+            "# Connect the app as the demo user (docs/oauth.md, 'Try it'): open in a browser",
+            f'echo "{consent}"',
         ]
     )

@@ -7,7 +7,7 @@ The unit-of-work rule, the same for every route and every auth dependency:
 - **Reads go through the request's session**, ``ReadSession``. FastAPI builds a dependency once
   per request, so the auth dependencies (partner key, Bearer token, login cookie) and the route
   share one session, and what auth loaded stays attached for the route to use. The session
-  connects lazily: a request that never reads (a cached partner key) costs no connection.
+  connects lazily: a request that never reads costs no connection.
 - **Writes go through one write unit per request**, opened once the input has been checked:
   ``with services.db.session() as session:`` in the route after its checks, or ``WriteSession``
   for a route with nothing left to check once FastAPI has parsed its parameters (it opens

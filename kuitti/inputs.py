@@ -26,6 +26,8 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
+# Raw NUL and surrogates cannot appear in valid UTF-8 JSON text, only as \u escapes.
+_SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 
 class _DuplicatedKeys(dict[str, object]):
@@ -58,10 +60,43 @@ def parse_json(body: bytes) -> object:
         raise InvalidRequest(
             [ErrorDetail("malformed_json", f"The body is not valid UTF-8 JSON: {reason}.")]
         ) from None
-    errors = list(_problems(data, (), 0))
-    if errors:
-        raise InvalidRequest(errors)
+    # The full walk, which names paths, costs several times the parse; it runs only when the
+    # text has a \u0000 or surrogate escape, or the cheap pass finds something wrong.
+    if _SUSPECT_ESCAPE.search(text) is not None or not _cheap_ok(data, 0):
+        errors = list(_problems(data, (), 0))
+        if errors:
+            raise InvalidRequest(errors)
     return data
+
+
+def _cheap_ok(node: object, depth: int) -> bool:
+    """No duplicated key, no nesting deeper than the limit, every number storable; text is
+    left to the escape check."""
+    if isinstance(node, dict):
+        if isinstance(node, _DuplicatedKeys):
+            return False
+        values: Iterable[object] = node.values()
+    elif isinstance(node, list):
+        values = node
+    else:
+        return _number_ok(node)
+    if depth >= MAX_JSON_DEPTH:
+        return False
+    for value in values:
+        if isinstance(value, dict | list):
+            if not _cheap_ok(value, depth + 1):
+                return False
+        elif not _number_ok(value):
+            return False
+    return True
+
+
+def _number_ok(value: object) -> bool:
+    if type(value) is int:
+        return INT64_MIN <= value <= INT64_MAX
+    if type(value) is float:
+        return math.isfinite(value)
+    return True
 
 
 def json_path(parts: Iterable[str | int]) -> str:

@@ -6,24 +6,25 @@ preparing the service.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 from typing import Annotated
 
 import typer
 import uvicorn
-import uvloop
 
 from kuitti.asgi import LISTEN_ENV, RUN_WORKER_ENV
 from kuitti.cli_helpers import fail, open_database, open_services, settings_or_exit
 from kuitti.dbmigrate import upgrade
 from kuitti.demo import fill_demo
 from kuitti.logs import UVICORN_LOG_CONFIG
-from kuitti.services import Services
-from kuitti.worker import run_worker
+from kuitti.worker import run_worker_process
 
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+
+# How long uvicorn's supervisor waits for a server process to start and to answer its health
+# check. uvicorn's default (5 s) is shorter than a busy host takes to import the application: the
+# supervisor then kills and respawns every process for ever and the server never listens.
+WORKER_HEALTHCHECK_TIMEOUT_SECONDS = 60
 
 
 def serve(
@@ -42,6 +43,7 @@ def serve(
         host=host,
         port=port,
         workers=workers,
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_TIMEOUT_SECONDS,
         log_level="warning",
         log_config=UVICORN_LOG_CONFIG,
         access_log=False,
@@ -64,16 +66,7 @@ def serve(
 
 def worker() -> None:
     """Run the delivery worker alone (webhooks and e-mail)."""
-
-    async def main(services: Services) -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run_worker(services, stop)
-
-    # uvloop (installed with uvicorn[standard]) as kuitti serve uses: less CPU per delivery.
-    uvloop.run(main(open_services()))
+    run_worker_process(open_services())
 
 
 @db_app.command("upgrade")
@@ -88,8 +81,5 @@ def db_upgrade() -> None:
 
 
 def demo() -> None:
-    """Fill an empty database with a realistic example and print how to try it."""
-    try:
-        typer.echo(fill_demo(open_services()))
-    except ValueError as exc:
-        fail(str(exc))
+    """Add a realistic example (merchant, app, user, receipts) and print how to try it."""
+    typer.echo(fill_demo(open_services()))

@@ -13,17 +13,20 @@ from kuitti.clock import Clock
 from kuitti.config import Settings
 from kuitti.db import Database
 from kuitti.delivery.ratelimit import RateLimiter
-from kuitti.partners.cache import PartnerCache
 
 
 @dataclass(frozen=True)
 class Services:
-    """Every process-level cache lives here, so that one object says what a process remembers."""
+    """Every process-level cache lives here, so that one object says what a process remembers.
+
+    Memos of pure functions stay next to their function instead (rendered receipt bytes in
+    ``receipts/formats/rendering.py``, the link page's view models, ``lru_cache`` on parsers):
+    each is keyed by everything its result depends on, so it is never stale and no process
+    needs to configure, share or reset it."""
 
     settings: Settings
     db: Database
     clock: Clock
-    partner_cache: PartnerCache = field(default_factory=PartnerCache, compare=False)
     link_rate_limiter: RateLimiter = field(init=False, compare=False)
 
     def __post_init__(self) -> None:

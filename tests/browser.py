@@ -1,7 +1,7 @@
 """Debian's chromium through Playwright, launched the one way every browser test uses.
 
-Browser tests take the module-scoped ``browser`` fixture (``tests/conftest.py``) and mark
-themselves ``needs_chromium`` so they are skipped where the binary is missing.
+Browser tests take the module-scoped ``browser`` fixture (``tests/conftest.py``) and carry the
+``browser`` marker, which ``tests/conftest.py`` turns into a skip where the binary is missing.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, sync_playwright
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
-needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium")
+needs_chromium = pytest.mark.browser
 
 
 @contextmanager

@@ -10,9 +10,11 @@ HTTP with httpx. Each test starts from empty tables and a frozen clock at ``CLOC
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -23,7 +25,7 @@ import psycopg
 import pytest
 import uvicorn
 from playwright.sync_api import Browser
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from kuitti.app import create_app
 from kuitti.clock import FrozenClock
@@ -31,13 +33,26 @@ from kuitti.config import Settings
 from kuitti.db import Base, Database
 from kuitti.dbmigrate import upgrade
 from kuitti.services import Services
-from tests.browser import launch_chromium
+from tests.browser import CHROMIUM, launch_chromium
 
 BACKEND = os.environ.get("KUITTI_TEST_DATABASE", "sqlite")
 PG_ADMIN_URL = os.environ.get(
     "KUITTI_TEST_POSTGRES_URL", "postgresql://kuitti:kuitti@127.0.0.1:5432/postgres"
 )
 CLOCK_START = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The markers that say where a test can run (``pyproject.toml``) skip it elsewhere."""
+    skips = {
+        "browser": (not CHROMIUM.exists(), "needs Debian's chromium"),
+        "postgres_only": (BACKEND != "postgresql", "runs on PostgreSQL only"),
+        "sqlite_only": (BACKEND != "sqlite", "runs on SQLite only"),
+    }
+    for item in items:
+        for marker, (skip, reason) in skips.items():
+            if skip and item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def free_port() -> int:
@@ -156,13 +171,56 @@ def services(session_services: Services, clock: FrozenClock) -> Iterator[Service
     clock.set(CLOCK_START)
     yield session_services
     empty_tables(session_services.db)
-    session_services.partner_cache.clear()
+
+
+class StatementCounter:
+    """The SQL statements sent on the test database's engine while ``counting()`` is open.
+
+    The live server runs in a thread of this process on the same ``Database``, so its requests'
+    statements are counted too: count around an HTTP call to see what the call costs."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[list[str]]:
+        statements: list[str] = []
+
+        def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+            statements.append(statement)
+
+        event.listen(self.db.engine, "before_cursor_execute", count)
+        try:
+            yield statements
+        finally:
+            event.remove(self.db.engine, "before_cursor_execute", count)
+
+
+@pytest.fixture
+def sql(services: Services) -> StatementCounter:
+    """Counts statements: ``with sql.counting() as statements: ...`` (N+1 queries show up as
+    a count that grows with the number of rows)."""
+    return StatementCounter(services.db)
 
 
 @pytest.fixture
 def client(live_server: LiveServer, services: Services) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=live_server.url, timeout=30) as http:
         yield http
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> tuple[str, dict[str, str], list[str]]:
+    """Yields (base URL, environment, extra serve args); the test starts the process."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUITTI_PUBLIC_URL": f"http://127.0.0.1:{port}",
+        "KUITTI_LOG_LEVEL": "WARNING",
+    }
+    env.pop("KUITTI_DATABASE_URL", None)
+    return f"http://127.0.0.1:{port}", env, ["--port", str(port)]
 
 
 @pytest.fixture(scope="module")

@@ -182,6 +182,7 @@ def unsaved_receipt(doc: dict[str, Any], *, ensure_ascii: bool = True) -> Receip
         document_hash=hashlib.sha256(text.encode()).hexdigest(),
         receipt_number=doc["receiptNumber"],
         receipt_time=datetime.fromisoformat(doc["receiptTimeStamp"]),
+        receipt_timestamp=doc["receiptTimeStamp"],
         merchant_name=doc["merchant"]["name"],
         total=doc["totalPriceIncVAT"],
         currency=doc["currencyISOCode"],

@@ -9,16 +9,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from kuitti.cli import COMMANDS, app, load_command
 from kuitti.models import Partner, User
 from kuitti.security import SecretBox, hash_secret
 from kuitti.services import Services
-from tests.conftest import free_port
+from tests.conftest import LiveServer, free_port
 from tests.test_serve import KUITTI
 
 runner = CliRunner()
@@ -164,14 +165,30 @@ def test_user_create_refuses_short_password(services: Services) -> None:
     assert result.exit_code == 2
 
 
-def test_demo_fills_only_an_empty_database(services: Services) -> None:
-    result = run(services, "demo")
+def test_demo_output_runs_as_printed(
+    services: Services, live_server: LiveServer, tmp_path: Path
+) -> None:
+    """A used database takes another demo set; what the demo prints runs in bash as it is."""
+    first = run(services, "demo", KUITTI_PUBLIC_URL=live_server.url)
+    assert first.exit_code == 0, first.output
+    result = run(services, "demo", KUITTI_PUBLIC_URL=live_server.url)
     assert result.exit_code == 0, result.output
-    assert "API key: kt_" in result.output
-    assert "/ns/demokauppa/r/demo-1" in result.output
-    again = run(services, "demo")
-    assert again.exit_code == 2
-    assert "not empty" in again.output
+    assert "/ns/demokauppa-" in result.output
+    shell = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", result.stdout],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    document, auth, query = shell.stdout.strip().rpartition(f"{live_server.url}/auth")
+    consent_url = auth + query
+    assert orjson.loads(document)["receiptNumber"] == "DEMO-0001"
+    assert (tmp_path / "receipt.pdf").read_bytes().startswith(b"%PDF")
+    assert b"<Finvoice" in (tmp_path / "finvoice.xml").read_bytes()
+    assert (tmp_path / "finvoice.pdf").read_bytes().startswith(b"%PDF")
+    consent = httpx.get(consent_url)
+    assert consent.status_code == 200, consent.text
+    assert "Demo Expense App" in consent.text
+    with services.db.session(write=False) as session:
+        assert session.scalar(select(func.count()).select_from(Partner)) == 4
 
 
 def test_db_upgrade_is_idempotent(services: Services) -> None:

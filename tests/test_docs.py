@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
+from fastapi.routing import APIRoute
+
+from kuitti.app import create_app
 from kuitti.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,3 +29,50 @@ def test_readme_names_the_two_commands_ci_runs() -> None:
     assert "./scripts/serve" in readme
     assert "./scripts/test" in readme
     assert "scripts/test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_nothing_refers_to_files_outside_the_repository() -> None:
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    outside = re.compile(r"\.\./shared|/tmp/kuitti\-brief|/work/(?:wt|main)/")
+    offenders = [
+        name
+        for name in tracked
+        if name.endswith((".py", ".md", ".html", ".toml", ".cfg")) or name.startswith("scripts/")
+        if outside.search((ROOT / name).read_text(errors="replace"))
+    ]
+    assert offenders == []
+
+
+# The numbered endpoints and spec sections of documents the reader does not have; the API is
+# described in docs/api.md. (Other guides are being converted by their owners.)
+CONVERTED = [
+    "README.md", "docs/api.md", "docs/oauth.md", "docs/delivery.md", "docs/formats.md",
+    "docs/operations.md", "kuitti/oauth", "kuitti/delivery", "kuitti/receipts",
+]  # fmt: skip
+
+
+def test_no_numbered_endpoints_or_spec_sections() -> None:
+    pattern = re.compile(r"Endpoint \d|SPEC §|\bSPEC\b")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for entry in CONVERTED
+        for path in ([ROOT / entry] if entry.endswith(".md") else (ROOT / entry).rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert offenders == []
+
+
+def test_api_reference_names_every_api_route(tmp_path: Path) -> None:
+    api = (ROOT / "docs" / "api.md").read_text()
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'k.db'}", var_dir=tmp_path)
+    routes = {
+        route.path.rstrip("/")
+        for route in create_app(settings).routes
+        if isinstance(route, APIRoute) and route.path.startswith("/api/")
+    }
+    normalised = re.sub(r"<[a-z_]+>", "{}", api)
+    missing = [p for p in routes if re.sub(r"\{[a-z_:]+\}", "{}", p) not in normalised]
+    assert missing == []

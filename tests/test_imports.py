@@ -15,20 +15,6 @@ import kuitti
 
 PACKAGE_DIR = Path(kuitti.__file__).resolve().parent
 
-# Cycles other changes are removing; the set only shrinks. The command-line circle: kuitti.cli
-# registers the domain CLIs, which import their helpers back from kuitti.cli.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset({"kuitti.cli", "kuitti.cards.cli", "kuitti.oauth.cli", "kuitti.webhooks.cli"}),
-}
-# Modules that still import inside functions, for the same reason (the command line); the set
-# only shrinks.
-KNOWN_LOCAL_IMPORTERS = {
-    "kuitti.cli",
-    "kuitti.cards.cli",
-    "kuitti.oauth.cli",
-    "kuitti.webhooks.cli",
-}
-
 
 @dataclass(frozen=True)
 class Import:
@@ -126,9 +112,9 @@ def test_no_import_cycles() -> None:
     edges: dict[str, set[str]] = {}
     for found in imports():
         edges.setdefault(found.importer, set()).add(found.imported)
-    assert set(cycles(edges)) <= KNOWN_CYCLES
+    assert cycles(edges) == []
 
 
 def test_no_function_local_imports() -> None:
     local = sorted({(i.importer, i.imported) for i in imports() if i.in_function})
-    assert [pair for pair in local if pair[0] not in KNOWN_LOCAL_IMPORTERS] == []
+    assert local == []

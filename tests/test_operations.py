@@ -11,9 +11,10 @@ import orjson
 from kuitti.app import create_app
 from kuitti.clock import FrozenClock
 from kuitti.db import Database
+from kuitti.openapi import RESPONSE_MODELS, ReceiptCreated, ReceiptList
 from kuitti.services import Services
 from tests.conftest import make_settings
-from tests.factories import auth, make_partner, receipt_doc
+from tests.factories import auth, make_partner, receipt_doc, token_body
 
 
 def test_health_and_readiness(client: httpx.Client) -> None:
@@ -105,3 +106,55 @@ def test_interactive_docs(client: httpx.Client) -> None:
     response = client.get("/docs")
     assert response.status_code == 200
     assert "swagger" in response.text.lower()
+
+
+def test_openapi_security_and_errors(client: httpx.Client) -> None:
+    """Each API operation says how to authenticate and what its errors look like; no 422."""
+    spec = client.get("/openapi.json").json()
+    schemes = spec["components"]["securitySchemes"]
+    assert schemes["MerchantToken"]["name"] == "Authorization"
+    assert schemes["ServiceApiKey"]["name"] == "SERVICE_APIKEY"
+    assert schemes["Bearer"]["scheme"] == "bearer"
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
+    create = spec["paths"]["/api/v1/receipts/"]["post"]
+    assert create["security"] == [{"MerchantToken": []}]
+    read = spec["paths"]["/api/v1/receipts/{receipt_id}/{data_format}/"]["get"]
+    assert read["security"] == [{"PartnerKey": []}, {"ServiceApiKey": [], "Bearer": []}]
+    headers = {p["name"].lower() for p in read["parameters"] if p["in"] == "header"}
+    assert headers == {"accept-language", "if-none-match"}
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            assert "422" not in operation["responses"], (method, path)
+            if path.startswith("/api/"):
+                assert "security" in operation, (method, path)
+                for status, response in operation["responses"].items():
+                    if status.startswith("4"):
+                        schema = response["content"]["application/json"]["schema"]
+                        assert schema == {"$ref": "#/components/schemas/Errors"}
+    token_body = spec["paths"]["/api/oauth/token"]["post"]["requestBody"]["content"]
+    form = token_body["application/x-www-form-urlencoded"]["schema"]
+    assert {"grant_type", "code", "redirect_uri", "client_id"} <= set(form["properties"])
+
+
+def test_errors_match_the_documented_schema(client: httpx.Client) -> None:
+    """What the 401 of a create looks like is what the OpenAPI document promises."""
+    spec = client.get("/openapi.json").json()
+    error = spec["components"]["schemas"]["Error"]
+    answer = client.post("/api/v1/receipts/", json={}).json()
+    assert set(answer) == set(error["required"])
+
+
+def test_documented_answers_match_real_ones(client: httpx.Client, services: Services) -> None:
+    """The 200 schemas in /openapi.json are the shapes the service really answers with."""
+    spec = client.get("/openapi.json").json()
+    for (method, path), model in RESPONSE_MODELS.items():
+        content = spec["paths"][path][method]["responses"]["200"]["content"]
+        assert content["application/json"]["schema"]["$ref"].endswith(f"/{model.__name__}")
+    merchant = make_partner(services, namespaces=["kauppa"])
+    body = token_body(receipt_doc(), {"type": "RECEIPT_ID", "namespace": "kauppa", "value": "A-1"})
+    created = client.post("/api/v1/receipts/", json=body, headers=auth(merchant.api_key))
+    assert created.status_code == 200
+    ReceiptCreated.model_validate(created.json(), strict=True)
+    listed = client.get("/api/v1/receipts/", headers={"Authorization": merchant.api_key})
+    page = ReceiptList.model_validate(listed.json(), strict=True)
+    assert [r.receipt_id for r in page.receipts] == [created.json()["receipt_id"]]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +13,6 @@ import orjson
 import pytest
 
 from kuitti.services import Services
-from tests.conftest import BACKEND, free_port
 from tests.factories import auth, receipt_doc
 
 KUITTI = shutil.which("kuitti", path=str(Path(sys.executable).parent)) or "kuitti"
@@ -47,19 +45,6 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     assert process.wait(timeout=20) in {0, -15}
 
 
-@pytest.fixture
-def serve(tmp_path: Path) -> tuple[str, dict[str, str], list[str]]:
-    """Yields (base URL, environment, extra serve args); the test starts the process."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "KUITTI_PUBLIC_URL": f"http://127.0.0.1:{port}",
-        "KUITTI_LOG_LEVEL": "WARNING",
-    }
-    env.pop("KUITTI_DATABASE_URL", None)
-    return f"http://127.0.0.1:{port}", env, ["--port", str(port)]
-
-
 def create_merchant(env: dict[str, str], cwd: Path) -> str:
     out = subprocess.run(
         [KUITTI, "partner", "create", "--name", "Kauppa", "--role", "merchant", "--json"],
@@ -81,16 +66,22 @@ def test_embedded_default_on_sqlite(
     serve: tuple[str, dict[str, str], list[str]], tmp_path: Path
 ) -> None:
     url, env, args = serve
+    env["KUITTI_LOG_LEVEL"] = "INFO"
     process, log = start(args, env, tmp_path)
     try:
         wait_ready(url, process, log)
+        ready = [orjson.loads(line) for line in log.read_text().splitlines() if "ready" in line]
+        assert ready[0]["event"] == "kuitti is ready"
+        assert ready[0]["listening"] == url
+        assert ready[0]["database"] == "sqlite:///var/kuitti.db"
+        assert ready[0]["worker"] == "in this process"
         assert (tmp_path / "var" / "kuitti.db").exists()
         roundtrip(url, create_merchant(env, tmp_path))
     finally:
         stop(process)
 
 
-@pytest.mark.skipif(BACKEND != "postgresql", reason="scale-out runs on PostgreSQL")
+@pytest.mark.postgres_only
 def test_several_processes_on_postgresql(
     serve: tuple[str, dict[str, str], list[str]], tmp_path: Path, services: Services
 ) -> None:

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from kuitti.cards.rules import Fit, iso
 from kuitti.config import Settings
 from kuitti.delivery.links import private_link
-from kuitti.delivery.service import deliver_to_user, grant
+from kuitti.delivery.service import deliver_to_user, grant_via_card
 from kuitti.models import Card, Partner, Receipt
 from kuitti.models.cards import CardMatch, CardPaymentRecord
 from kuitti.oauth.service import active_connection
@@ -41,7 +41,7 @@ def deliver_match(
     assert issuer is not None
     if card.user_id is not None:
         deliver_to_user(session, receipt, card.user_id, via="card", now=now)
-    grant(session, receipt, issuer.id, "card")
+    grant_via_card(session, receipt, card)
     if card.pilot:
         _full_receipt(session, settings, receipt, issuer, card, now=now)
         return

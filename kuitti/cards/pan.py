@@ -48,6 +48,52 @@ def looks_like_full_pan(value: str) -> bool:
     return compact.isdigit() and len(compact) >= 12
 
 
+# A run of 14-19 digits, optionally grouped by single spaces or hyphens ("4153 0112 3456 1234").
+_DIGIT_RUN = re.compile(r"(?<![\d])\d(?:[ -]?\d){13,18}(?![\d])")
+# Issuer identification number ranges of the card networks, with the lengths they issue:
+# Visa 4 (16, 19), Mastercard 51-55 and 2221-2720 (16), American Express 34, 37 (15),
+# Diners 36, 300-305, 38-39 (14-19), Discover 6011, 644-649, 65 (16-19), JCB 3528-3589 (16-19),
+# UnionPay 62 (16-19), Maestro 50, 56-58, 63, 67 (16-19). Thirteen-digit Visa numbers are no
+# longer issued; leaving out 13 keeps every EAN-13 product code out.
+_NETWORKS: tuple[tuple[re.Pattern[str], frozenset[int]], ...] = (
+    (re.compile(r"^4"), frozenset({16, 19})),
+    (re.compile(r"^(5[1-5]|222[1-9]|22[3-9]\d|2[3-6]\d\d|27[01]\d|2720)"), frozenset({16})),
+    (re.compile(r"^3[47]"), frozenset({15})),
+    (re.compile(r"^(36|30[0-5]|3[89])"), frozenset(range(14, 20))),
+    (
+        re.compile(r"^(6011|64[4-9]|65|62|35(2[89]|[3-8]\d)|50|5[6-8]|63|67)"),
+        frozenset(range(16, 20)),
+    ),
+)
+
+
+def luhn_valid(digits: str) -> bool:
+    total = 0
+    for i, char in enumerate(reversed(digits)):
+        value = int(char) * (2 if i % 2 else 1)
+        total += value - 9 if value > 9 else value
+    return total % 10 == 0
+
+
+def is_card_number(digits: str) -> bool:
+    """A Luhn-valid number of a length some card network issues in that network's IIN range."""
+    return luhn_valid(digits) and any(
+        prefix.match(digits) and len(digits) in lengths for prefix, lengths in _NETWORKS
+    )
+
+
+def contains_card_number(text: str, *, grouped_only: bool = False) -> bool:
+    """True when the text holds a full card number, possibly grouped by spaces or hyphens.
+    ``grouped_only``: only a number written grouped, as cards print it ("4111 1111 1111 1111");
+    a bare run of digits is as often an order or loyalty number
+    (``bench/pan_false_positives.py``)."""
+    return any(
+        is_card_number(_SEPARATORS.sub("", run.group()))
+        for run in _DIGIT_RUN.finditer(text)
+        if not grouped_only or _SEPARATORS.search(run.group())
+    )
+
+
 def parse_enrolled(value: str) -> MaskedPan:
     """An issuer's masked PAN: first six and last four digits shown, everything between masked,
     13–19 characters in all. Returned normalised (no separators, mask characters as ``*``)."""

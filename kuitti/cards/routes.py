@@ -13,8 +13,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header
 
 from kuitti.cards import service
+from kuitti.cards.schemas import parse_card_request, parse_transaction_request
 from kuitti.deps import Now, RawBody, ReadSession, ServicesDep, WriteSession
-from kuitti.errors import ErrorDetail, InvalidRequest
 from kuitti.inputs import parse_json
 from kuitti.models import Partner, PartnerRole
 from kuitti.oauth.bearer import bearer_token, optional_connection
@@ -96,12 +96,7 @@ def enroll_card(
     authorization: Annotated[str | None, Header()] = None,
     content_type: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
-    data = _json_body(body, content_type)
-    if not isinstance(data, dict):
-        raise InvalidRequest([ErrorDetail("invalid_type", "$: the body must be a JSON object.")])
-    request = service.check_card_request(
-        data.get("partner_card_id"), data.get("masked_pan"), data.get("exp_date"), data.get("name")
-    )
+    request = parse_card_request(_json_body(body, content_type))
     connection = optional_connection(session, services.settings, authorization, issuer, now=now)
     card, _created = service.enroll_card(
         session,
@@ -171,5 +166,5 @@ def create_transaction(
     now: Now,
     content_type: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
-    request = service.check_transaction_request(_json_body(body, content_type))
+    request = parse_transaction_request(_json_body(body, content_type))
     return service.record_transaction(session, services.settings, issuer, request, now=now)

@@ -7,10 +7,8 @@ together or not at all.
 
 from __future__ import annotations
 
-import re
 import uuid
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -20,56 +18,15 @@ from kuitti import locks
 from kuitti.cards import pan
 from kuitti.cards.matching import Matcher
 from kuitti.cards.rules import CLEARING_AFTER, CLEARING_BEFORE
+from kuitti.cards.schemas import CardRequest, TransactionRequest, parse_card_request
 from kuitti.config import Settings
 from kuitti.delivery.service import reading_connections
 from kuitti.errors import Conflict, ErrorDetail, InvalidRequest, NotFound
 from kuitti.metrics import CARD_MATCHING_SECONDS
 from kuitti.models import Card, Namespace, Partner
 from kuitti.models.cards import CardMatch, CardPurchase, CardTransaction, TransactionType
-from kuitti.receipts.schema import ISO_4217_CODES
 from kuitti.webhooks.events import enqueue, notify_connection
 from kuitti.webhooks.payloads import CardAdded, CardAddedData, TransactionNotification
-
-PARTNER_CARD_ID_MAX = 200
-HOLDER_NAME_MAX = 200
-_MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
-
-
-class CardInputError(ValueError):
-    """A value a card cannot be enrolled with (the message names the field, never a PAN)."""
-
-    def __init__(self, field: str, message: str, code: str = "invalid_value") -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.code = code
-
-
-@dataclass(frozen=True)
-class CardRequest:
-    """A checked enrolment: ``masked_pan`` normalised, ``exp_date`` in UTC."""
-
-    partner_card_id: str
-    masked_pan: pan.MaskedPan
-    exp_date: datetime
-    name: str | None
-
-
-def parse_exp_date(value: str) -> datetime:
-    """``YYYY-MM`` (the end of that month) or an ISO 8601 date-time with an offset, as UTC."""
-    month = _MONTH_RE.match(value)
-    if month is not None:
-        year, mon = int(month.group(1)), int(month.group(2))
-        if not 1 <= mon <= 12 or year < 2000:
-            raise ValueError("not a valid month")
-        first_of_next = datetime(year + mon // 12, mon % 12 + 1, 1, tzinfo=UTC)
-        return first_of_next - timedelta(seconds=1)
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError("must be an ISO 8601 date-time such as 2028-12-31T23:59:59Z") from None
-    if moment.tzinfo is None or "T" not in value.upper():
-        raise ValueError("must be an ISO 8601 date-time with an offset, e.g. 2028-12-31T23:59:59Z")
-    return moment.astimezone(UTC)
 
 
 def iso_utc(moment: datetime) -> str:
@@ -80,49 +37,16 @@ def iso_utc(moment: datetime) -> str:
 def check_card_request(
     partner_card_id: object, masked_pan: object, exp_date: object, name: object
 ) -> CardRequest:
-    """Check an enrolment's fields; ``InvalidRequest`` lists every problem at once."""
-    errors: list[ErrorDetail] = []
-    checked_pan: pan.MaskedPan | None = None
-    checked_exp: datetime | None = None
-
-    def need_text(field: str, value: object, limit: int) -> str | None:
-        if value is None:
-            errors.append(ErrorDetail("missing_field", f"{field}: this field is required."))
-            return None
-        if not isinstance(value, str):
-            errors.append(ErrorDetail("invalid_type", f"{field}: must be a string."))
-            return None
-        if not value.strip() or len(value) > limit:
-            errors.append(
-                ErrorDetail("invalid_value", f"{field}: 1 to {limit} characters, not blank.")
-            )
-            return None
-        return value
-
-    card_id = need_text("partner_card_id", partner_card_id, PARTNER_CARD_ID_MAX)
-    pan_text = need_text("masked_pan", masked_pan, 64)
-    if pan_text is not None:
-        try:
-            checked_pan = pan.parse_enrolled(pan_text)
-        except pan.PanError as exc:
-            errors.append(ErrorDetail("invalid_value", f"masked_pan: {exc}"))
-    exp_text = need_text("exp_date", exp_date, 64)
-    if exp_text is not None:
-        try:
-            checked_exp = parse_exp_date(exp_text)
-        except ValueError as exc:
-            errors.append(ErrorDetail("invalid_value", f"exp_date: {exc}."))
-    holder: str | None = None
-    if name is not None:
-        holder = need_text("name", name, HOLDER_NAME_MAX)
-        if holder is not None and pan.looks_like_full_pan(holder):
-            errors.append(ErrorDetail("invalid_value", "name: must be the card holder's name."))
-    if errors:
-        raise InvalidRequest(errors)
-    assert card_id is not None
-    assert checked_pan is not None
-    assert checked_exp is not None
-    return CardRequest(card_id, checked_pan, checked_exp, holder)
+    """Check an enrolment given field by field (the command line); ``InvalidRequest`` lists
+    every problem at once."""
+    return parse_card_request(
+        {
+            "partner_card_id": partner_card_id,
+            "masked_pan": masked_pan,
+            "exp_date": exp_date,
+            "name": name,
+        }
+    )
 
 
 def card_json(card: Card) -> dict[str, Any]:
@@ -266,115 +190,6 @@ def card_for_token(
 
 
 # -- card transactions -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TransactionRequest:
-    """A checked ``POST /api/v1/card-transactions/`` body."""
-
-    partner_card_id: str | None
-    service_card_id: str | None
-    transaction_type: TransactionType
-    amount: int
-    currency: str
-    occurred_at: datetime
-    merchant_id: str
-    merchant_name: str
-    reference_number: str | None
-    authorization_code: str | None
-
-
-def check_transaction_request(data: object) -> TransactionRequest:
-    """Check a card-transaction body; ``InvalidRequest`` lists every problem at once."""
-    if not isinstance(data, dict):
-        raise InvalidRequest([ErrorDetail("invalid_type", "$: the body must be a JSON object.")])
-    errors: list[ErrorDetail] = []
-
-    def text_field(name: str, *, required: bool, limit: int = 200) -> str | None:
-        value = data.get(name)
-        if value is None:
-            if required:
-                errors.append(ErrorDetail("missing_field", f"{name}: this field is required."))
-            return None
-        if not isinstance(value, str):
-            errors.append(ErrorDetail("invalid_type", f"{name}: must be a string."))
-            return None
-        if not value.strip() or len(value) > limit:
-            errors.append(
-                ErrorDetail("invalid_value", f"{name}: 1 to {limit} characters, not blank.")
-            )
-            return None
-        return value
-
-    partner_card_id = text_field("partner_card_id", required=False)
-    service_card_id = text_field("service_card_id", required=False)
-    if data.get("partner_card_id") is None and data.get("service_card_id") is None:
-        errors.append(
-            ErrorDetail(
-                "missing_field", "partner_card_id: give partner_card_id or service_card_id."
-            )
-        )
-    kind = text_field("transaction_type", required=True, limit=16)
-    transaction_type: TransactionType | None = None
-    if kind is not None:
-        try:
-            transaction_type = TransactionType(kind)
-        except ValueError:
-            errors.append(
-                ErrorDetail("invalid_value", "transaction_type: must be auth or clearing.")
-            )
-    amount = data.get("amount")
-    if amount is None:
-        errors.append(ErrorDetail("missing_field", "amount: this field is required."))
-    elif not isinstance(amount, int) or isinstance(amount, bool):
-        errors.append(
-            ErrorDetail("invalid_type", "amount: must be an integer in fractional units.")
-        )
-    elif abs(amount) > 10**15:
-        errors.append(ErrorDetail("invalid_value", "amount: out of range."))
-    currency = text_field("currency", required=True, limit=3)
-    if currency is not None and currency not in ISO_4217_CODES:
-        errors.append(ErrorDetail("invalid_value", "currency: must be an ISO 4217 currency code."))
-    stamp = text_field("timestamp", required=True, limit=64)
-    occurred_at: datetime | None = None
-    if stamp is not None:
-        try:
-            moment = datetime.fromisoformat(stamp)
-            if moment.tzinfo is None or "T" not in stamp.upper():
-                raise ValueError
-            occurred_at = moment.astimezone(UTC)
-        except ValueError:
-            errors.append(
-                ErrorDetail(
-                    "invalid_value",
-                    "timestamp: must be an ISO 8601 date-time with an offset, "
-                    "e.g. 2026-01-15T14:03:11+02:00.",
-                )
-            )
-    merchant_id = text_field("merchant_id", required=True)
-    merchant_name = text_field("merchant_name", required=True, limit=500)
-    reference_number = text_field("reference_number", required=False)
-    authorization_code = text_field("authorization_code", required=False)
-    if errors:
-        raise InvalidRequest(errors)
-    assert transaction_type is not None
-    assert isinstance(amount, int)
-    assert currency is not None
-    assert occurred_at is not None
-    assert merchant_id is not None
-    assert merchant_name is not None
-    return TransactionRequest(
-        partner_card_id,
-        service_card_id,
-        transaction_type,
-        amount,
-        currency,
-        occurred_at,
-        merchant_id,
-        merchant_name,
-        reference_number,
-        authorization_code,
-    )
 
 
 def record_transaction(

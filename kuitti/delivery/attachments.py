@@ -1,7 +1,7 @@
 """Files attached to an outgoing e-mail: the receipt's PDF (``receipt-<number>.pdf``).
 
 The PDF is rendered when the message is sent (not in the request that queued it), through the
-same cached renderer as Endpoint 3, so a receipt e-mailed and then fetched is rendered once. Its
+same cached renderer as an API read, so a receipt e-mailed and then fetched is rendered once. Its
 language follows the merchant's country (Finnish for Finland, Swedish for Sweden, otherwise
 English), since an e-mail has no ``Accept-Language``.
 """

@@ -1,4 +1,4 @@
-"""Dynamic QR code values (SPEC §8, §11).
+"""Dynamic QR code values (docs/delivery.md, "Dynamic QR codes").
 
 An app asks for a value for one of its connections (``POST /api/v1/qr-codes/``) and shows it as a
 QR code; the till scans it and posts the receipt with a ``DYNAMIC_QR_CODE`` token carrying the

@@ -1,4 +1,4 @@
-"""The receipt link pages (Endpoint 8, SPEC §8, §11) and the dynamic QR code endpoint.
+"""The receipt link pages (docs/delivery.md, "Receipt links") and the dynamic QR code endpoint.
 
 Link pages need no login: ``/ns/<namespace>/r/<receipt_id>`` (a RECEIPT_ID token) and
 ``/r/<token>`` (every receipt's private link), each with ``/pdf`` for the PDF and a ``POST`` whose
@@ -206,7 +206,7 @@ def _import(
 @router.get(
     "/ns/{namespace}/r/{receipt_path:path}",
     response_class=HTMLResponse,
-    summary="Receipt link page (Endpoint 8); <link>/pdf downloads the PDF",
+    summary="Receipt link page; <link>/pdf downloads the PDF",
     responses={404: {"description": "Unknown namespace or receipt identifier (an HTML page)."}},
 )
 def namespace_link_page(

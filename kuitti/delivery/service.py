@@ -13,24 +13,42 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kuitti.models import Connection, Receipt, ReceiptDelivery, ReceiptGrant
+from kuitti.models import Card, Connection, Receipt, ReceiptDelivery, ReceiptGrant
+from kuitti.models.receipts import GrantReason
 from kuitti.oauth.scopes import Scope
 from kuitti.webhooks.events import notify_connection
 from kuitti.webhooks.payloads import ReceiptNotification
 
 
-def grant(session: Session, receipt: Receipt, partner_id: uuid.UUID, reason: str) -> bool:
-    """Let a partner read the receipt. False when it already could."""
-    if session.get(ReceiptGrant, (partner_id, receipt.id)) is not None:
-        return False
-    session.add(
-        ReceiptGrant(
-            partner_id=partner_id,
-            receipt_id=receipt.id,
-            receipt_time=receipt.receipt_time,
-            reason=reason,
+def grant_via_connection(session: Session, receipt: Receipt, connection: Connection) -> bool:
+    """Let the connection's partner read the receipt while the connection lasts. False when it
+    already could through this connection."""
+    source = ReceiptGrant(reason=GrantReason.CONNECTION, connection_id=connection.id)
+    return _grant(session, receipt, connection.partner_id, source)
+
+
+def grant_via_card(session: Session, receipt: Receipt, card: Card) -> bool:
+    """Let the card's issuer read the receipt while the card lasts and keeps its holder. False
+    when it already could through this card."""
+    source = ReceiptGrant(reason=GrantReason.CARD, card_id=card.id, card_user_id=card.user_id)
+    return _grant(session, receipt, card.partner_id, source)
+
+
+def _grant(session: Session, receipt: Receipt, partner_id: uuid.UUID, source: ReceiptGrant) -> bool:
+    existing = session.scalar(
+        select(ReceiptGrant.id).where(
+            ReceiptGrant.partner_id == partner_id,
+            ReceiptGrant.receipt_id == receipt.id,
+            ReceiptGrant.connection_id.is_not_distinct_from(source.connection_id),
+            ReceiptGrant.card_id.is_not_distinct_from(source.card_id),
         )
     )
+    if existing is not None:
+        return False
+    source.partner_id = partner_id
+    source.receipt_id = receipt.id
+    source.receipt_time = receipt.receipt_time
+    session.add(source)
     session.flush()
     return True
 
@@ -53,7 +71,7 @@ def deliver_to_user(
     )
     session.flush()
     for connection in reading_connections(session, user_id):
-        grant(session, receipt, connection.partner_id, "connection")
+        grant_via_connection(session, receipt, connection)
         notify_connection(
             session,
             connection,

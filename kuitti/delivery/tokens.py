@@ -1,6 +1,6 @@
 """What each token of a create-receipt request delivers, and the status reported for it.
 
-Statuses (SPEC §4, §8, §11):
+Statuses (docs/delivery.md, "Tokens"):
 
 - ``link_created``: a RECEIPT_ID token; the namespace link now shows the receipt.
 - ``delivered``: the token reached a service user (DYNAMIC_QR_CODE, CARD, USER, or EMAIL to an
@@ -30,7 +30,7 @@ from kuitti.cards.service import card_for_token
 from kuitti.config import Settings
 from kuitti.delivery import links, qr
 from kuitti.delivery.emails import enqueue_receipt_email
-from kuitti.delivery.service import deliver_to_user, grant
+from kuitti.delivery.service import deliver_to_user, grant_via_card
 from kuitti.metrics import RECEIPT_TOKENS
 from kuitti.models import Partner, Receipt
 from kuitti.oauth.tokens import connection_for_user_token
@@ -130,8 +130,8 @@ class _Delivery:
         card = card_for_token(self.session, token.id, token.value, token.namespace)
         if card is None:
             return Status.UNMATCHED
-        # The issuer may read receipts that reached its cards (SPEC §5).
-        grant(self.session, self.receipt, card.partner_id, "card")
+        # The issuer may read receipts that reached its cards (docs/api.md, "List receipts").
+        grant_via_card(self.session, self.receipt, card)
         return self._to_user(card.user_id, "card_token")
 
     def _user_token(self, jwt: str) -> Status:

@@ -1,4 +1,4 @@
-"""Cards, card transactions and card-linking state (SPEC §7; rules in ``docs/matching.md``).
+"""Cards, card transactions and card-linking state (rules in ``docs/matching.md``).
 
 Only masked PANs are ever stored. Matching reads these tables through composite B-tree indexes
 whose leading columns are equalities (merchant id, amount) and whose last column is the time, so

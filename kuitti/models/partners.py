@@ -36,9 +36,12 @@ class Partner(Base):
     iban: Mapped[str | None] = mapped_column(String(34))
     bic: Mapped[str | None] = mapped_column(String(11))
     created_at: Mapped[datetime]
+    # Set by `kuitti partner disable`: its keys, client credentials and tokens are refused and
+    # its webhooks wait until it is enabled again.
+    disabled_at: Mapped[datetime | None] = mapped_column(default=None)
 
-    # "expunge": a partner detached for the process's partner cache takes its namespaces along,
-    # so the end of the session that loaded it cannot expire them under the cache.
+    # "expunge": a partner detached from the session that loaded it takes its namespaces along,
+    # so the end of that session cannot expire them.
     namespaces: Mapped[list[Namespace]] = relationship(
         back_populates="partner",
         lazy="selectin",

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text
@@ -25,6 +26,9 @@ class Receipt(Base):
     document_hash: Mapped[str] = mapped_column(String(64))
     receipt_number: Mapped[str] = mapped_column(String(200))
     receipt_time: Mapped[datetime]
+    # receiptTimeStamp exactly as posted (its own offset): the list shows it without parsing
+    # every document of the page.
+    receipt_timestamp: Mapped[str] = mapped_column(Text)
     merchant_name: Mapped[str] = mapped_column(String(500))
     total: Mapped[int] = mapped_column(BigInteger)
     currency: Mapped[str] = mapped_column(String(3))
@@ -42,19 +46,39 @@ class ReceiptLink(Base):
     receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"), index=True)
 
 
+class GrantReason(StrEnum):
+    """How a partner came to read a receipt; all but ``POSTED`` last only as long as the source."""
+
+    POSTED = "posted"
+    CONNECTION = "connection"
+    CARD = "card"
+
+
 class ReceiptGrant(Base):
-    """A partner may read this receipt (it posted it, or it reached one of its connections,
-    cards or pilot cards). ``receipt_time`` is copied here so listing is one index range."""
+    """A partner may read this receipt: it posted it, or the receipt reached it through one of
+    its users' connections (``connection_id``) or one of its cards or pilot cards (``card_id``).
+
+    A grant through a connection holds while the connection is active; one through a card while
+    the card is not removed and still has the holder it had then (``card_user_id``; an account
+    deletion detaches the cards). The readers check that at read time
+    (``kuitti.receipts.readers``), so a consent that ends cuts access at once, whoever ended it.
+    One partner may hold several grants for one receipt (two of its users' connections, say).
+    ``receipt_time`` is copied here so listing is one index range."""
 
     __tablename__ = "receipt_grants"
     __table_args__ = (
         Index("ix_receipt_grants_listing", "partner_id", "receipt_time", "receipt_id"),
+        Index("ix_receipt_grants_reading", "partner_id", "receipt_id"),
     )
 
-    partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), primary_key=True)
-    receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"), primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"))
+    receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"), index=True)
     receipt_time: Mapped[datetime]
     reason: Mapped[str] = mapped_column(String(32))
+    connection_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("connections.id"))
+    card_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("cards.id"))
+    card_user_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id"))
 
 
 class ReceiptDelivery(Base):

@@ -40,7 +40,7 @@ router = APIRouter()
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
 
-# --- Endpoint 4: consent ----------------------------------------------------------------------
+# --- Consent page (/auth) --------------------------------------------------------------------
 
 
 def _error_page(request: Request, description: str) -> Response:
@@ -75,7 +75,7 @@ def _query_lists(request: Request) -> dict[str, list[str]]:
 
 @router.get("/auth", include_in_schema=True, tags=["oauth"], summary="OAuth consent page")
 def authorize_page(request: Request, session: ReadSession, user: CurrentUser) -> Response:
-    """Endpoint 4. Validates the request, asks the user to log in or sign up, then to consent."""
+    """The consent page: checks the request, asks the user to log in or sign up, then to consent."""
     try:
         auth = oauth.validate_authorization_request(session, _query_lists(request))
     except oauth.ClientRejected as exc:
@@ -141,7 +141,7 @@ def _form_str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-# --- Endpoint 5: token ------------------------------------------------------------------------
+# --- Token endpoint --------------------------------------------------------------------------
 
 
 def _token_error(error: oauth.OAuthError) -> ORJSONResponse:
@@ -188,7 +188,7 @@ def token(
     content_type: Annotated[str, Header()] = "",
     authorization: Annotated[str | None, Header()] = None,
 ) -> ORJSONResponse:
-    """Endpoint 5. JSON or form body; client authentication by HTTP Basic or in the body."""
+    """The code exchange. JSON or form body; client authentication by HTTP Basic or in the body."""
     try:
         fields = _token_fields(content_type, body)
         basic = oauth.basic_credentials(authorization)
@@ -203,7 +203,7 @@ def token(
     return ORJSONResponse(result.as_json(), headers=NO_STORE)
 
 
-# --- Endpoint 6: revoke -----------------------------------------------------------------------
+# --- Revoke ----------------------------------------------------------------------------------
 
 
 @router.delete(
@@ -218,7 +218,7 @@ def revoke(
     app_key: ServiceApiKey,
     authorization: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
-    """Endpoint 6. Ends the connection (its ``service_id``) and with it every token; the partner
+    """Revoke: ends the connection (its ``service_id``) and with it every token; the partner
     gets no webhook for its own revoke."""
     token_value = bearer_token(authorization)
     if token_value is None:
@@ -283,7 +283,7 @@ def metadata(services: ServicesDep) -> dict[str, Any]:
     }
 
 
-# --- Endpoint 7: membership -------------------------------------------------------------------
+# --- Membership page -------------------------------------------------------------------------
 
 
 def _owned_connection(session: Session, user: User, service_id: str | None) -> Connection | None:
@@ -360,7 +360,7 @@ def membership_page(
     service_id: str | None = None,
     redirect_uri: str | None = None,
 ) -> Response:
-    """Endpoint 7. The connection's owner keeps, changes or removes it."""
+    """The membership page: the connection's owner keeps, changes or removes it."""
     target = _membership_target(request, session, user, service_id, redirect_uri)
     if isinstance(target, Response):
         return target

@@ -182,7 +182,9 @@ def decode_state(state: str | None) -> StateContent:
 def app_partner_by_client_id(session: Session, client_id: str | None) -> Partner | None:
     if not client_id:
         return None
-    partner = session.scalar(select(Partner).where(Partner.client_id == client_id))
+    partner = session.scalar(
+        select(Partner).where(Partner.client_id == client_id, Partner.disabled_at.is_(None))
+    )
     if partner is None or not partner.has_role(PartnerRole.APP):
         return None
     return partner

@@ -133,7 +133,7 @@ def verify_access_token(
     if connection is None or connection.id != service_id or not connection.active:
         raise InvalidToken("The connection of this token has been removed.")
     partner = session.get(Partner, connection.partner_id)
-    if partner is None or claims["aud"] != partner.client_id:
+    if partner is None or partner.disabled_at is not None or claims["aud"] != partner.client_id:
         raise InvalidToken("The token is not valid.")
     return connection
 

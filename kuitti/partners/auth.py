@@ -30,21 +30,16 @@ def api_key_from_header(authorization: str | None) -> str | None:
 def authenticate_partner(
     services: Services, session: Session, authorization: str | None
 ) -> Partner:
-    """The partner of the key, from the process's partner cache or read through ``session``
-    (the request's session). The partner returned is detached either way."""
+    """The enabled partner of the key, read through ``session`` (the request's session).
+
+    Looked up on every request, never cached in the process: a key rotated or a partner
+    disabled by the operator (from another process) is refused by the very next request."""
     key = api_key_from_header(authorization)
     if key is None:
         raise Unauthorized("Send the partner API key as 'Authorization: Token <API_KEY>'.")
-    digest = hash_secret(key)
-    partner = services.partner_cache.get(digest)
+    partner = partner_by_key_digest(session, hash_secret(key))
     if partner is None:
-        partner = partner_by_key_digest(session, digest)
-        if partner is None:
-            raise Unauthorized("The API key is not valid.")
-        # The cache outlives the request: keep a detached copy, which the request session's
-        # end (a rollback expires what it holds) cannot touch.
-        session.expunge(partner)
-        services.partner_cache.put(digest, partner)
+        raise Unauthorized("The API key is not valid.")
     return partner
 
 

@@ -7,6 +7,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,7 +21,15 @@ NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}$")
 
 
 class PartnerInputError(ValueError):
-    """An operator gave a value the partner cannot be created with."""
+    """An operator gave a value the partner cannot be created or changed with."""
+
+
+class SecretKind(StrEnum):
+    """The secrets ``kuitti partner rotate`` replaces."""
+
+    API_KEY = "api_key"
+    CLIENT_SECRET = "client_secret"  # noqa: S105 (the name of a secret, not one)
+    WEBHOOK_KEY = "webhook_key"
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,97 @@ def partner_by_api_key(session: Session, api_key: str) -> Partner | None:
 
 
 def partner_by_key_digest(session: Session, digest: str) -> Partner | None:
-    return session.scalar(select(Partner).where(Partner.api_key_hash == digest))
+    """The enabled partner whose API key has this digest."""
+    return session.scalar(
+        select(Partner).where(Partner.api_key_hash == digest, Partner.disabled_at.is_(None))
+    )
+
+
+def get_partner(session: Session, partner_id: str) -> Partner:
+    """The partner with this id (enabled or not); ``PartnerInputError`` when there is none."""
+    try:
+        partner = session.get(Partner, uuid.UUID(partner_id))
+    except ValueError:
+        partner = None
+    if partner is None:
+        raise PartnerInputError(f"no partner with id {partner_id!r}")
+    return partner
+
+
+def update_partner(
+    session: Session,
+    partner: Partner,
+    *,
+    name: str | None = None,
+    webhook_url: str | None = None,
+    iban: str | None = None,
+    bic: str | None = None,
+    add_redirect_uris: list[str] = (),  # type: ignore[assignment]
+    remove_redirect_uris: list[str] = (),  # type: ignore[assignment]
+    attachments: bool | None = None,
+    allow_insecure_webhooks: bool = False,
+) -> Partner:
+    """Change the settings given (None: unchanged). A new webhook URL keeps the webhook key:
+    the receiver verifies signatures as before (``rotate`` issues a new key)."""
+    if name is not None:
+        if not name.strip():
+            raise PartnerInputError("name must not be empty")
+        partner.name = name.strip()
+    if webhook_url is not None:
+        check_webhook_url(webhook_url, allow_insecure=allow_insecure_webhooks)
+        if partner.webhook_key_sealed is None:
+            raise PartnerInputError(
+                "this partner has no webhook key: create it with --webhook-url, or rotate "
+                "--secret webhook_key first"
+            )
+        partner.webhook_url = webhook_url
+    if iban is not None:
+        partner.iban = _check_iban(iban)
+    if bic is not None:
+        partner.bic = bic.upper()
+    for uri in add_redirect_uris:
+        _check_redirect_uri(uri)
+    missing = [uri for uri in remove_redirect_uris if uri not in partner.redirect_uris]
+    if missing:
+        raise PartnerInputError(f"not a redirect URI of this partner: {', '.join(missing)}")
+    uris = [uri for uri in partner.redirect_uris if uri not in remove_redirect_uris]
+    partner.redirect_uris = uris + [uri for uri in add_redirect_uris if uri not in uris]
+    if attachments is not None:
+        partner.attachments_enabled = attachments
+    session.flush()
+    return partner
+
+
+def rotate_secret(
+    session: Session, box: security.SecretBox, partner: Partner, kind: SecretKind
+) -> str:
+    """Replace one secret and return the new one (shown once). The old one stops working as
+    soon as the transaction commits: every check reads the stored digest or sealed key."""
+    match kind:
+        case SecretKind.API_KEY:
+            secret = security.new_api_key()
+            partner.api_key_hash = security.hash_secret(secret)
+        case SecretKind.CLIENT_SECRET:
+            if partner.client_id is None or partner.public_client:
+                raise PartnerInputError(
+                    "this partner has no client secret (not a confidential app)"
+                )
+            secret = security.new_client_secret()
+            partner.client_secret_hash = security.hash_secret(secret)
+        case SecretKind.WEBHOOK_KEY:
+            secret = security.new_webhook_key()
+            partner.webhook_key_sealed = box.seal(secret)
+    session.flush()
+    return secret
+
+
+def set_disabled(session: Session, partner: Partner, *, disabled: bool, now: datetime) -> None:
+    """Disable (refuse its keys, client credentials and tokens; hold its webhooks) or enable."""
+    if disabled and partner.disabled_at is None:
+        partner.disabled_at = now
+    elif not disabled:
+        partner.disabled_at = None
+    session.flush()
 
 
 def list_partners(session: Session) -> list[Partner]:
@@ -136,6 +235,7 @@ def partner_summary(partner: Partner) -> dict[str, Any]:
         "iban": partner.iban,
         "bic": partner.bic,
         "created_at": partner.created_at.isoformat(),
+        "disabled": partner.disabled_at is not None,
     }
 
 

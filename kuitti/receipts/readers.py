@@ -1,34 +1,171 @@
-"""Who may read receipts (Endpoint 3 and the list): a partner by its API key, or a partner
-application on behalf of a user (``SERVICE_APIKEY`` + ``Authorization: Bearer``)."""
+"""Who may read which receipts (the single read and the list), and the list itself.
+
+A reader is a partner by its API key, or a partner application on behalf of one of its users
+(``SERVICE_APIKEY`` + ``Authorization: Bearer``). The single read and the list apply the same
+rule (``_readable_by_partner``), so a receipt is listed exactly when it can be read:
+
+- a user-authorized reader sees the receipts delivered to that user;
+- a partner's key sees the receipts it posted, and those that reached it through a connection
+  or a card for as long as that source lasts (an active connection; a card not removed that
+  still has the holder it had). Ending the consent ends the right at once, whoever ends it: the
+  user, the partner, an account deletion or a card removal.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import base64
+import binascii
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
-from fastapi import Depends, Header
+from sqlalchemy import ColumnElement, and_, bindparam, exists, or_, select
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import BindParameter
 
-from kuitti.deps import Now, ReadSession, ServicesDep
-from kuitti.errors import Unauthorized
-from kuitti.oauth.bearer import reading_connection
-from kuitti.partners.auth import ServiceApiKey, authenticate_partner
-from kuitti.receipts.service import Reader
+from kuitti.errors import ErrorDetail, InvalidRequest, NotFound
+from kuitti.models import Card, Connection, Receipt, ReceiptDelivery, ReceiptGrant
+from kuitti.models.receipts import GrantReason
 
-
-def _reader(
-    services: ServicesDep,
-    session: ReadSession,
-    now: Now,
-    app_key: ServiceApiKey,
-    authorization: Annotated[str | None, Header()] = None,
-) -> Reader:
-    if authorization and authorization.lower().startswith("bearer "):
-        if not app_key:
-            raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")
-        token = authorization[7:].strip()
-        connection = reading_connection(session, services.settings, app_key, token, now=now)
-        return Reader(partner_id=connection.partner_id, user_id=connection.user_id)
-    partner = authenticate_partner(services, session, authorization or app_key)
-    return Reader(partner_id=partner.id)
+MAX_LIST_LIMIT = 200
+DEFAULT_LIST_LIMIT = 50
 
 
-ReceiptReader = Annotated[Reader, Depends(_reader)]
+@dataclass(frozen=True)
+class Reader:
+    """Who reads: a partner by its key, or a partner app on behalf of one of its users."""
+
+    partner_id: uuid.UUID
+    user_id: uuid.UUID | None = None
+
+
+def _grant_in_force() -> ColumnElement[bool]:
+    """A grant row still gives the right: posted, or its connection or card still holds.
+
+    Both sources are looked up by primary key, and grants by ``(partner_id, receipt_id)`` or the
+    listing index, so the check costs two index probes per grant."""
+    return or_(
+        ReceiptGrant.reason == GrantReason.POSTED,
+        exists().where(
+            Connection.id == ReceiptGrant.connection_id, Connection.revoked_at.is_(None)
+        ),
+        exists().where(
+            Card.id == ReceiptGrant.card_id,
+            Card.deleted_at.is_(None),
+            Card.user_id.is_not_distinct_from(ReceiptGrant.card_user_id),
+        ),
+    )
+
+
+def _readable_by_partner(partner_id: uuid.UUID | BindParameter[Any]) -> ColumnElement[bool]:
+    return and_(ReceiptGrant.partner_id == partner_id, _grant_in_force())
+
+
+# Built once: the single read is the hottest reading path, and a prebuilt statement skips
+# rebuilding and re-keying the expression for SQLAlchemy's statement cache on every request.
+_MAY_READ = select(
+    exists().where(
+        ReceiptGrant.receipt_id == bindparam("receipt_id"),
+        _readable_by_partner(bindparam("partner_id")),
+    )
+)
+
+
+def may_read(session: Session, reader: Reader, receipt_id: uuid.UUID) -> bool:
+    if reader.user_id is not None:
+        return session.get(ReceiptDelivery, (reader.user_id, receipt_id)) is not None
+    params = {"partner_id": reader.partner_id, "receipt_id": receipt_id}
+    return bool(session.scalar(_MAY_READ, params))
+
+
+def readable_receipt(session: Session, reader: Reader, receipt_id: uuid.UUID) -> Receipt:
+    """The receipt, if this reader may see it; otherwise 404 exactly as if it did not exist."""
+    receipt = session.get(Receipt, receipt_id) if may_read(session, reader, receipt_id) else None
+    if receipt is None:
+        raise NotFound()
+    return receipt
+
+
+def list_receipts(
+    session: Session,
+    reader: Reader,
+    *,
+    since: datetime | None,
+    limit: int,
+    cursor: str | None,
+) -> dict[str, Any]:
+    """Newest first by receipt time, ties by receipt id; keyset pagination by an opaque cursor."""
+    index: type[ReceiptGrant] | type[ReceiptDelivery]
+    if reader.user_id is not None:
+        index = ReceiptDelivery
+        owner = ReceiptDelivery.user_id == reader.user_id
+    else:
+        index = ReceiptGrant
+        owner = _readable_by_partner(reader.partner_id)
+    # The page's keys first (one partner may hold a receipt through several grants), then rows.
+    keys = select(index.receipt_time, index.receipt_id).where(owner).distinct()
+    if since is not None:
+        keys = keys.where(index.receipt_time >= since)
+    if cursor is not None:
+        after_time, after_id = decode_cursor(cursor)
+        keys = keys.where(
+            or_(
+                index.receipt_time < after_time,
+                and_(index.receipt_time == after_time, index.receipt_id < after_id),
+            )
+        )
+    page_keys = (
+        keys.order_by(index.receipt_time.desc(), index.receipt_id.desc())
+        .limit(limit + 1)
+        .subquery()
+    )
+    query = (
+        select(
+            Receipt.id,
+            Receipt.merchant_name,
+            Receipt.receipt_timestamp,
+            Receipt.total,
+            Receipt.currency,
+            page_keys.c.receipt_time,
+        )
+        .join(page_keys, page_keys.c.receipt_id == Receipt.id)
+        .order_by(page_keys.c.receipt_time.desc(), page_keys.c.receipt_id.desc())
+    )
+    rows = session.execute(query).all()
+    page = rows[:limit]
+    items = [
+        {
+            "receipt_id": str(receipt_id),
+            "merchant_name": merchant_name,
+            "receipt_time": receipt_timestamp,
+            "total": total,
+            "currency": currency,
+        }
+        for receipt_id, merchant_name, receipt_timestamp, total, currency, _sort_time in page
+    ]
+    next_cursor = None
+    if len(rows) > limit:
+        # The cursor is the last row's own sort key, which the page already holds.
+        last = page[-1]
+        next_cursor = encode_cursor(last.receipt_time, last.id)
+    return {"receipts": items, "next_cursor": next_cursor}
+
+
+def encode_cursor(moment: datetime, receipt_id: uuid.UUID) -> str:
+    raw = f"{moment.isoformat()}|{receipt_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        moment_text, id_text = raw.split("|")
+        moment = datetime.fromisoformat(moment_text)
+        if moment.tzinfo is None:
+            raise ValueError("naive")
+        return moment, uuid.UUID(id_text)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidRequest(
+            [ErrorDetail("invalid_value", "cursor: not a cursor this service gave out.")]
+        ) from None

@@ -6,24 +6,47 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response
 
 from kuitti.deps import Now, RawBody, ReadSession, ServicesDep
-from kuitti.errors import ErrorDetail, InvalidRequest, NotFound
+from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, Unauthorized
 from kuitti.i18n import as_language, negotiate_locale
 from kuitti.inputs import parse_json
 from kuitti.models import Partner
-from kuitti.partners.auth import MerchantPartner, require_json
-from kuitti.receipts import service
+from kuitti.oauth.bearer import reading_connection
+from kuitti.partners.auth import MerchantPartner, ServiceApiKey, authenticate_partner, require_json
+from kuitti.receipts import readers, service
 from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.formats.rendering import etag, render
-from kuitti.receipts.readers import ReceiptReader
+from kuitti.receipts.readers import Reader
 from kuitti.receipts.validation import canonical_hash, parse_receipt_request
 from kuitti.responses import ORJSONResponse
 
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
+
+
+def _reader(
+    services: ServicesDep,
+    session: ReadSession,
+    now: Now,
+    app_key: ServiceApiKey,
+    authorization: Annotated[str | None, Header()] = None,
+) -> Reader:
+    """A partner by its API key, or a partner app on behalf of a user (``SERVICE_APIKEY`` +
+    ``Authorization: Bearer``)."""
+    if authorization and authorization.lower().startswith("bearer "):
+        if not app_key:
+            raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")
+        token = authorization[7:].strip()
+        connection = reading_connection(session, services.settings, app_key, token, now=now)
+        return Reader(partner_id=connection.partner_id, user_id=connection.user_id)
+    partner = authenticate_partner(services, session, authorization or app_key)
+    return Reader(partner_id=partner.id)
+
+
+ReceiptReader = Annotated[Reader, Depends(_reader)]
 
 RECEIPT_BODY_SCHEMA = {
     "requestBody": {
@@ -83,12 +106,12 @@ def list_receipts(
     since: Annotated[
         datetime | None, Query(description="Only receipts at or after this time.")
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=service.MAX_LIST_LIMIT)] = service.DEFAULT_LIST_LIMIT,
+    limit: Annotated[int, Query(ge=1, le=readers.MAX_LIST_LIMIT)] = readers.DEFAULT_LIST_LIMIT,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> dict[str, Any]:
     if since is not None and since.tzinfo is None:
         raise InvalidRequest([ErrorDetail("invalid_value", "since: must carry a UTC offset.")])
-    return service.list_receipts(session, reader, since=since, limit=limit, cursor=cursor)
+    return readers.list_receipts(session, reader, since=since, limit=limit, cursor=cursor)
 
 
 @router.get(
@@ -139,7 +162,7 @@ def get_receipt(
         receipt_uuid = uuid.UUID(receipt_id)
     except ValueError:
         raise NotFound() from None
-    receipt = service.readable_receipt(session, reader, receipt_uuid)
+    receipt = readers.readable_receipt(session, reader, receipt_uuid)
     poster = session.get(Partner, receipt.partner_id)
     assert poster is not None
     locale = as_language(lang).value if lang else negotiate_locale(accept_language).value

@@ -413,7 +413,7 @@ class TokenAttributes(BaseModel):
 
 
 class TokenReceiptRequest(BaseModel):
-    """The token form of Endpoint 2: a receipt and the tokens that deliver it."""
+    """The token form of creating a receipt: a receipt and the tokens that deliver it."""
 
     attributes: TokenAttributes
     receipt: Receipt

@@ -1,4 +1,4 @@
-"""Ingesting, reading and listing receipts.
+"""Ingesting receipts (reading them: ``kuitti.receipts.readers``).
 
 ``create_receipt`` is the one path by which a receipt enters: it runs inside the caller's unit of
 work, so the receipt, its links, its deliveries and the outbox rows they cause commit together or
@@ -7,15 +7,13 @@ not at all.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import and_, or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kuitti import locks
@@ -23,13 +21,11 @@ from kuitti.cards.matching import record_card_payments
 from kuitti.config import Settings
 from kuitti.delivery import links
 from kuitti.delivery.tokens import TokenStatus, deliver_tokens
-from kuitti.errors import Conflict, ErrorDetail, InvalidRequest, NotFound
+from kuitti.errors import Conflict, ErrorDetail, InvalidRequest
 from kuitti.models import IdempotencyRecord, Partner, Receipt, ReceiptGrant, ReceiptLink
-from kuitti.models.receipts import ReceiptDelivery
+from kuitti.models.receipts import GrantReason
+from kuitti.receipts.readers import Reader, may_read
 from kuitti.receipts.validation import ReceiptRequest, Token, TokenType
-
-MAX_LIST_LIMIT = 200
-DEFAULT_LIST_LIMIT = 50
 
 
 @dataclass
@@ -153,10 +149,11 @@ def _resend_or_duplicate(
 ) -> CreatedReceipt:
     """A POS resending an unchanged RECEIPT_ID receipt gets the original id back."""
     originals = {p.existing_receipt for p in plans}
+    receipt_id = next(iter(originals)) if len(originals) == 1 else None
     unchanged = (
-        len(originals) == 1
+        receipt_id is not None
         and all(p.existing_hash == document_hash for p in plans)
-        and session.get(ReceiptGrant, (partner.id, next(iter(originals)))) is not None
+        and may_read(session, Reader(partner.id), receipt_id)
     )
     if not unchanged:
         errors = [
@@ -169,7 +166,6 @@ def _resend_or_duplicate(
             if p.existing_receipt is not None
         ]
         raise InvalidRequest(errors)
-    receipt_id = next(iter(originals))
     assert receipt_id is not None
     original = session.get(Receipt, receipt_id)
     assert original is not None
@@ -200,6 +196,7 @@ def _store(
         document_hash=document_hash,
         receipt_number=doc.receiptNumber,
         receipt_time=doc.receipt_time,
+        receipt_timestamp=doc.receiptTimeStamp,
         merchant_name=doc.merchant.name,
         total=doc.totalPriceIncVAT,
         currency=doc.currencyISOCode,
@@ -212,7 +209,7 @@ def _store(
             partner_id=partner.id,
             receipt_id=receipt.id,
             receipt_time=receipt.receipt_time,
-            reason="posted",
+            reason=GrantReason.POSTED,
         )
     )
     session.flush()
@@ -232,106 +229,3 @@ def _store(
         tokens=statuses,
         receipt_web_url=links.private_link(settings, receipt.id),
     )
-
-
-# -- reading -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Reader:
-    """Who reads: a partner by its key, or a partner app on behalf of one of its users."""
-
-    partner_id: uuid.UUID
-    user_id: uuid.UUID | None = None
-
-
-def readable_receipt(session: Session, reader: Reader, receipt_id: uuid.UUID) -> Receipt:
-    """The receipt, if this reader may see it; otherwise 404 exactly as if it did not exist."""
-    if reader.user_id is not None:
-        allowed = session.get(ReceiptDelivery, (reader.user_id, receipt_id)) is not None
-    else:
-        allowed = session.get(ReceiptGrant, (reader.partner_id, receipt_id)) is not None
-    receipt = session.get(Receipt, receipt_id) if allowed else None
-    if receipt is None:
-        raise NotFound()
-    return receipt
-
-
-def list_receipts(
-    session: Session,
-    reader: Reader,
-    *,
-    since: datetime | None,
-    limit: int,
-    cursor: str | None,
-) -> dict[str, Any]:
-    """Newest first by receipt time, ties by receipt id; keyset pagination by an opaque cursor."""
-    index: type[ReceiptGrant] | type[ReceiptDelivery]
-    if reader.user_id is not None:
-        index = ReceiptDelivery
-        owner = ReceiptDelivery.user_id == reader.user_id
-    else:
-        index = ReceiptGrant
-        owner = ReceiptGrant.partner_id == reader.partner_id
-    query = (
-        select(
-            Receipt.id,
-            Receipt.merchant_name,
-            Receipt.document,
-            Receipt.total,
-            Receipt.currency,
-            index.receipt_time,
-        )
-        .join(index, index.receipt_id == Receipt.id)
-        .where(owner)
-        .order_by(index.receipt_time.desc(), index.receipt_id.desc())
-        .limit(limit + 1)
-    )
-    if since is not None:
-        query = query.where(index.receipt_time >= since)
-    if cursor is not None:
-        after_time, after_id = decode_cursor(cursor)
-        query = query.where(
-            or_(
-                index.receipt_time < after_time,
-                and_(index.receipt_time == after_time, index.receipt_id < after_id),
-            )
-        )
-    rows = session.execute(query).all()
-    page = rows[:limit]
-    items = []
-    for receipt_id, merchant_name, document, total, currency, _sort_time in page:
-        items.append(
-            {
-                "receipt_id": str(receipt_id),
-                "merchant_name": merchant_name,
-                "receipt_time": orjson.loads(document)["receiptTimeStamp"],
-                "total": total,
-                "currency": currency,
-            }
-        )
-    next_cursor = None
-    if len(rows) > limit:
-        # The cursor is the last row's own sort key, which the page already holds.
-        last = page[-1]
-        next_cursor = encode_cursor(last.receipt_time, last.id)
-    return {"receipts": items, "next_cursor": next_cursor}
-
-
-def encode_cursor(moment: datetime, receipt_id: uuid.UUID) -> str:
-    raw = f"{moment.isoformat()}|{receipt_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        moment_text, id_text = raw.split("|")
-        moment = datetime.fromisoformat(moment_text)
-        if moment.tzinfo is None:
-            raise ValueError("naive")
-        return moment, uuid.UUID(id_text)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidRequest(
-            [ErrorDetail("invalid_value", "cursor: not a cursor this service gave out.")]
-        ) from None

@@ -11,7 +11,8 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -21,6 +22,7 @@ from email_validator import EmailNotValidError, validate_email
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from kuitti.cards.pan import contains_card_number
 from kuitti.errors import ErrorDetail, InvalidRequest
 from kuitti.inputs import json_path, parse_json
 from kuitti.receipts.schema import CardPayment, Receipt
@@ -108,9 +110,37 @@ def parse_receipt_request(body: bytes, *, attachments_enabled: bool) -> ReceiptR
         errors.extend(_shape_errors(exc.errors(), document, prefix))
         raise InvalidRequest(errors) from None
     errors.extend(check_rules(receipt, prefix, attachments_enabled=attachments_enabled))
+    errors.extend(_card_numbers(document, prefix))
     if errors:
         raise InvalidRequest(errors)
     return ReceiptRequest(receipt=receipt, document=document, tokens=tokens)
+
+
+_SEND_MASKED = "full card numbers are never accepted (send it masked, e.g. 415301******1234)."
+_CARD_KEY = re.compile(r"pan|card", re.IGNORECASE)
+
+
+def _card_numbers(node: object, path: tuple[str | int, ...]) -> Iterator[ErrorDetail]:
+    """Full card numbers anywhere in the document (docs/security.md): refused when written
+    grouped as cards print them, or under a key that names a card; a bare run of digits elsewhere
+    is too often an order or loyalty number to refuse."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            scalar = isinstance(value, str | int) and not isinstance(value, bool)
+            if scalar and _CARD_KEY.search(key) and contains_card_number(str(value)):
+                yield ErrorDetail(
+                    "invalid_value",
+                    f"{json_path((*path, key))}: looks like a full card number; {_SEND_MASKED}",
+                )
+            else:
+                yield from _card_numbers(value, (*path, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _card_numbers(value, (*path, index))
+    elif isinstance(node, str) and contains_card_number(node, grouped_only=True):
+        yield ErrorDetail(
+            "invalid_value", f"{json_path(path)}: looks like a full card number; {_SEND_MASKED}"
+        )
 
 
 def _shape_errors(
@@ -233,6 +263,8 @@ def parse_token(raw: object) -> Token:
         raise ValueError("a receipt identifier has at most 200 characters.")
     if token_type is TokenType.CARD and not fields["id"]:
         raise ValueError("id (the partner_card_id) is required for a CARD token.")
+    if token_type is TokenType.CARD and contains_card_number(value):
+        raise ValueError(f"value looks like a full card number; {_SEND_MASKED}")
     if token_type is TokenType.EMAIL:
         try:
             value = validate_email(value, check_deliverability=False).normalized
@@ -258,7 +290,7 @@ def _looks_like_jwt(value: str) -> bool:
 def check_rules(
     receipt: Receipt, prefix: tuple[str | int, ...] = (), *, attachments_enabled: bool
 ) -> list[ErrorDetail]:
-    """Rules across fields: the arithmetic of SPEC §4, verifications, premium attachments."""
+    """Rules across fields: totals that add up, verifications, premium attachments."""
     errors: list[ErrorDetail] = []
 
     def at(*parts: str | int) -> str:

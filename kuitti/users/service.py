@@ -266,8 +266,7 @@ def use_user_token(
 def send_verification_mail(
     session: Session, settings: Settings, user: User, *, now: datetime
 ) -> None:
-    token = issue_user_token(session, user, TokenPurpose.VERIFY_EMAIL, now=now)
-    link = f"{settings.auth_base}/verify-email/{token}"
+    link = _token_link(session, settings, user, TokenPurpose.VERIFY_EMAIL, "verify-email", now)
     enqueue_mail(
         session,
         to=user.email,
@@ -280,6 +279,19 @@ def send_verification_mail(
         ),
         now=now,
     )
+
+
+def _token_link(
+    session: Session,
+    settings: Settings,
+    user: User,
+    purpose: TokenPurpose,
+    path: str,
+    now: datetime,
+) -> str:
+    """A new one-time link of ``purpose`` for the user, on the account pages' host."""
+    token = issue_user_token(session, user, purpose, now=now)
+    return f"{settings.auth_base}/{path}/{token}"
 
 
 def verify_email(session: Session, token: str, *, now: datetime) -> User | None:
@@ -296,8 +308,7 @@ def request_password_reset(
     user = user_by_email(session, email)
     if user is None or user.deleted_at is not None:
         return
-    token = issue_user_token(session, user, TokenPurpose.RESET_PASSWORD, now=now)
-    link = f"{settings.auth_base}/password-reset/{token}"
+    link = _token_link(session, settings, user, TokenPurpose.RESET_PASSWORD, "password-reset", now)
     enqueue_mail(
         session,
         to=user.email,

@@ -145,18 +145,22 @@ def account_form(
 
 @router.get("/login")
 def login_page(request: Request, user: CurrentUser, next: str | None = None) -> Response:
-    target = safe_next(next)
-    if user is not None:
-        return redirect(request, target)
-    return account_form(request, mode="login", next_path=target)
+    return _form_unless_logged_in(request, user, "login", next)
 
 
 @router.get("/signup")
 def signup_page(request: Request, user: CurrentUser, next: str | None = None) -> Response:
-    target = safe_next(next)
+    return _form_unless_logged_in(request, user, "signup", next)
+
+
+def _form_unless_logged_in(
+    request: Request, user: User | None, mode: str, next_path: str | None
+) -> Response:
+    """The login or sign-up form; someone already logged in goes straight on to ``next``."""
+    target = safe_next(next_path)
     if user is not None:
         return redirect(request, target)
-    return account_form(request, mode="signup", next_path=target)
+    return account_form(request, mode=mode, next_path=target)
 
 
 def _submit(

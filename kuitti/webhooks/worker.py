@@ -51,8 +51,8 @@ from kuitti.services import Services
 from kuitti.webhooks.signing import InvalidWebhookKey, webhook_headers
 from kuitti.webhooks.ssrf import TargetGuard, TargetRefused
 
-# Measured (bench/webhooks.py): httpx's connection pool slows down sharply past a few dozen
-# concurrent requests in one client, so more in flight is slower, not faster, on loopback.
+# Chosen with bench/webhooks.py when the sender used httpx, whose pool slowed down sharply past
+# a few dozen concurrent requests; not re-measured with aiohttp (docs/performance.md).
 MAX_IN_FLIGHT = 32
 MAX_IN_FLIGHT_PER_PARTNER = 8
 CLAIM_BATCH = MAX_IN_FLIGHT
@@ -213,6 +213,8 @@ def claim_due(
         )
         .join(Partner, Partner.id == WebhookDelivery.partner_id)
         .where(WebhookDelivery.id.in_(picked), due)
+        # partner disable/enable (kuitti.partners.cli): a disabled partner's deliveries wait.
+        .where(Partner.disabled_at.is_(None))
         .order_by(WebhookDelivery.next_attempt_at)
     )
     query = outbox.skip_locked(query, services.db.dialect, WebhookDelivery)

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-23 15:39:15.985303
+Create Date: 2026-11-23 16:39:08.203414
 """
 
 from collections.abc import Sequence
@@ -53,6 +53,7 @@ def upgrade() -> None:
         sa.Column("iban", sa.String(length=34), nullable=True),
         sa.Column("bic", sa.String(length=11), nullable=True),
         sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("disabled_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_partners")),
         sa.UniqueConstraint("api_key_hash", name=op.f("uq_partners_api_key_hash")),
         sa.UniqueConstraint("client_id", name=op.f("uq_partners_client_id")),
@@ -164,6 +165,7 @@ def upgrade() -> None:
         sa.Column("document_hash", sa.String(length=64), nullable=False),
         sa.Column("receipt_number", sa.String(length=200), nullable=False),
         sa.Column("receipt_time", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("receipt_timestamp", sa.Text(), nullable=False),
         sa.Column("merchant_name", sa.String(length=500), nullable=False),
         sa.Column("total", sa.BigInteger(), nullable=False),
         sa.Column("currency", sa.String(length=3), nullable=False),
@@ -426,21 +428,42 @@ def upgrade() -> None:
 
     op.create_table(
         "receipt_grants",
+        sa.Column("id", sa.Uuid(), nullable=False),
         sa.Column("partner_id", sa.Uuid(), nullable=False),
         sa.Column("receipt_id", sa.Uuid(), nullable=False),
         sa.Column("receipt_time", kuitti.db.UTCDateTime(timezone=True), nullable=False),
         sa.Column("reason", sa.String(length=32), nullable=False),
+        sa.Column("connection_id", sa.Uuid(), nullable=True),
+        sa.Column("card_id", sa.Uuid(), nullable=True),
+        sa.Column("card_user_id", sa.Uuid(), nullable=True),
+        sa.ForeignKeyConstraint(
+            ["card_id"], ["cards.id"], name=op.f("fk_receipt_grants_card_id_cards")
+        ),
+        sa.ForeignKeyConstraint(
+            ["card_user_id"], ["users.id"], name=op.f("fk_receipt_grants_card_user_id_users")
+        ),
+        sa.ForeignKeyConstraint(
+            ["connection_id"],
+            ["connections.id"],
+            name=op.f("fk_receipt_grants_connection_id_connections"),
+        ),
         sa.ForeignKeyConstraint(
             ["partner_id"], ["partners.id"], name=op.f("fk_receipt_grants_partner_id_partners")
         ),
         sa.ForeignKeyConstraint(
             ["receipt_id"], ["receipts.id"], name=op.f("fk_receipt_grants_receipt_id_receipts")
         ),
-        sa.PrimaryKeyConstraint("partner_id", "receipt_id", name=op.f("pk_receipt_grants")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_receipt_grants")),
     )
     with op.batch_alter_table("receipt_grants", schema=None) as batch_op:
         batch_op.create_index(
             "ix_receipt_grants_listing", ["partner_id", "receipt_time", "receipt_id"], unique=False
+        )
+        batch_op.create_index(
+            "ix_receipt_grants_reading", ["partner_id", "receipt_id"], unique=False
+        )
+        batch_op.create_index(
+            batch_op.f("ix_receipt_grants_receipt_id"), ["receipt_id"], unique=False
         )
 
     op.create_table(
@@ -611,6 +634,8 @@ def downgrade() -> None:
 
     op.drop_table("receipt_links")
     with op.batch_alter_table("receipt_grants", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_receipt_grants_receipt_id"))
+        batch_op.drop_index("ix_receipt_grants_reading")
         batch_op.drop_index("ix_receipt_grants_listing")
 
     op.drop_table("receipt_grants")

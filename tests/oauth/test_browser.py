@@ -7,7 +7,6 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
-import pytest
 from playwright.sync_api import Browser, Route
 
 from kuitti.services import Services
@@ -18,10 +17,7 @@ from tests.oauth.flow import REDIRECT_URI, auth_params, exchange, make_app, stat
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
-pytestmark = [
-    pytest.mark.browser,
-    needs_chromium,
-]
+pytestmark = needs_chromium
 
 
 class TestConsentInBrowser:

@@ -508,3 +508,50 @@ def test_big_integers_are_refused_where_they_are() -> None:
         "error": "invalid_value",
         "decription": "totalVATAmount: integer outside the signed 64-bit range.",
     } in details
+
+
+VISA = "4111111111111111"  # a Luhn-valid test number in the Visa range
+
+
+class TestFullCardNumbers:
+    """Full card numbers outside maskedPAN: refused where they are unmistakable, accepted where a
+    run of digits is as often something else (figures in bench/pan_false_positives.py)."""
+
+    @pytest.mark.parametrize(
+        ("extra", "path"),
+        [
+            ({"freeText": "Kortti 4111 1111 1111 1111 hyväksytty"}, "freeText"),
+            ({"freeText": "4111-1111-1111-1111"}, "freeText"),
+            ({"notes": {"printed": "3782 822463 10005"}}, "notes.printed"),
+            ({"cardNumber": VISA}, "cardNumber"),
+            ({"customer": {"PAN": int(VISA)}}, "customer.PAN"),
+        ],
+    )
+    def test_refused(self, extra: dict[str, Any], path: str) -> None:
+        errors = errors_of(receipt_doc(**extra))
+        assert [e["error"] for e in errors] == ["invalid_value"]
+        description = errors[0]["decription"]
+        assert description.startswith(f"{path}: looks like a full card number")
+        assert "1111" not in description  # the number itself is never echoed
+
+    @pytest.mark.parametrize(
+        "extra",
+        [
+            {"freeText": f"Tilaus {VISA}"},  # bare digits: as often an order number
+            {"orderNumber": "12345678901234567890"},
+            {"ean": "6416000123457"},
+            {"freeText": "Viite 1234 5612 3456 1234 5"},  # not Luhn-valid as a card
+            {"loyalty": "6016000011112222"},
+        ],
+    )
+    def test_accepted(self, extra: dict[str, Any]) -> None:
+        parse_receipt_request(orjson.dumps(receipt_doc(**extra)), attachments_enabled=False)
+
+    def test_card_token_value_is_refused(self) -> None:
+        body = {
+            "attributes": {"tokens": [{"type": "CARD", "id": "card-1", "value": VISA}]},
+            "receipt": receipt_doc(),
+        }
+        errors = errors_of(body)
+        assert [e["error"] for e in errors] == ["invalid_token"]
+        assert VISA not in errors[0]["decription"]

@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+import orjson
 import uvicorn
 
 from kuitti.app import create_app
@@ -57,7 +58,7 @@ class TestWorkerCommand:
                 "KUITTI_SECRET_KEY": str(services.settings.secret_key),
                 "KUITTI_VAR_DIR": str(tmp_path),
                 "KUITTI_WEBHOOK_ALLOW_INSECURE": "true",
-                "KUITTI_LOG_LEVEL": "WARNING",
+                "KUITTI_LOG_LEVEL": "INFO",
             }
             # The command's clock is the real one: the row (queued at the frozen test time,
             # in the past) is due at once.
@@ -75,7 +76,15 @@ class TestWorkerCommand:
                         process.kill()
                     assert process.stdout is not None
                     assert process.stderr is not None
+                    stdout, stderr = process.stdout.read(), process.stderr.read()
                     process.stdout.close()
                     process.stderr.close()
         assert call.webhook_id == str(delivery_id)
         assert returncode == 0
+        # The log goes to stderr, one JSON object a line, with a line for the attempt.
+        assert stdout == b""
+        lines = [orjson.loads(line) for line in stderr.splitlines()]
+        [attempt] = [line for line in lines if line["event"] == "webhook attempt"]
+        assert attempt["delivery_id"] == str(delivery_id)
+        assert attempt["status_code"] == 200
+        assert attempt["level"] == "info"

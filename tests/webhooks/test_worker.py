@@ -23,7 +23,6 @@ from kuitti.models.outbox import DeliveryStatus
 from kuitti.services import Services
 from kuitti.webhooks.events import enqueue, wake_workers
 from kuitti.webhooks.worker import Outcome, claim_due, lease_seconds, record_outcomes
-from tests.conftest import BACKEND
 from tests.webhooks.proxy import TcpProxy
 from tests.webhooks.receivers import Behaviour, Receiver
 from tests.webhooks.support import (
@@ -36,8 +35,8 @@ from tests.webhooks.support import (
     webhook_partner,
 )
 
-postgres_only = pytest.mark.skipif(BACKEND != "postgresql", reason="needs PostgreSQL")
-sqlite_only = pytest.mark.skipif(BACKEND != "sqlite", reason="SQLite locking")
+postgres_only = pytest.mark.postgres_only
+sqlite_only = pytest.mark.sqlite_only
 
 
 class TestLease:

@@ -1,4 +1,4 @@
-"""Page layouts of the receipt PDF (``?layout=`` on Endpoint 3)."""
+"""Page layouts of the receipt PDF (``?layout=`` when reading a receipt)."""
 
 from __future__ import annotations
 

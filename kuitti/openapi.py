@@ -1,0 +1,253 @@
+"""The OpenAPI document as a partner needs it: how to authenticate each operation, one error shape
+on every 4xx, the receipt schemas, and no 422 (the service answers bad input with 400).
+
+``/docs`` (Swagger UI) reads this: its "Authorize" button fills the schemes below, which is how a
+"Try it out" call carries a key. Header parameters that a scheme covers are dropped from the
+operations, since Swagger UI would not send an ``Authorization`` parameter anyway.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+from starlette.responses import HTMLResponse
+from starlette.staticfiles import StaticFiles
+
+from kuitti.receipts.schema import Receipt, TokenReceiptRequest
+
+SECURITY_SCHEMES: dict[str, dict[str, str]] = {
+    "MerchantToken": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "Authorization",
+        "description": "A merchant creating receipts: `Token <api_key>` (type the word Token, a "
+        "space and the key).",
+    },
+    "PartnerKey": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "Authorization",
+        "description": "A partner reading what it may see, or a card issuer: the API key itself.",
+    },
+    "ServiceApiKey": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "SERVICE_APIKEY",
+        "description": "An app acting for a user: its API key, together with the user's Bearer "
+        "token (also accepted as `Service-Apikey`).",
+    },
+    "Bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT",
+        "description": "A user's OAuth access token.",
+    },
+    "ClientBasic": {
+        "type": "http",
+        "scheme": "basic",
+        "description": "OAuth client id and secret (or send them in the body).",
+    },
+}
+
+_APP_FOR_USER: dict[str, list[str]] = {"ServiceApiKey": [], "Bearer": []}
+# Which schemes each operation accepts (any one entry of the list).
+SECURITY: dict[tuple[str, str], list[dict[str, list[str]]]] = {
+    ("post", "/api/v1/receipts/"): [{"MerchantToken": []}],
+    ("get", "/api/v1/receipts/"): [{"PartnerKey": []}, _APP_FOR_USER],
+    ("get", "/api/v1/receipts/{receipt_id}/{data_format}/"): [{"PartnerKey": []}, _APP_FOR_USER],
+    ("post", "/api/v1/qr-codes/"): [_APP_FOR_USER],
+    ("post", "/api/oauth/token"): [{"ClientBasic": []}, {}],
+    ("delete", "/api/oauth/revoke"): [{"Bearer": []}, _APP_FOR_USER],
+    ("post", "/api/v1/cards/"): [{"PartnerKey": []}],
+    ("delete", "/api/v1/cards/{service_card_id}/"): [{"PartnerKey": []}],
+    ("post", "/api/v1/card-transactions/"): [{"PartnerKey": []}],
+}
+_COVERED_HEADERS = {"authorization", "service_apikey", "service-apikey", "content-type"}
+
+ERROR_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "title": "Error",
+        "description": "Every error: a code and a text (the interface spells the field "
+        "`decription`).",
+        "properties": {
+            "error": {"type": "string", "examples": ["invalid_value"]},
+            "decription": {"type": "string", "examples": ["currencyISOCode: must be ISO 4217."]},
+        },
+        "required": ["error", "decription"],
+    },
+    "Errors": {
+        "description": "One error, or a list when a request has several faults.",
+        "oneOf": [
+            {"$ref": "#/components/schemas/Error"},
+            {"type": "array", "items": {"$ref": "#/components/schemas/Error"}},
+        ],
+    },
+}
+_ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Errors"}}}
+
+TOKEN_REQUEST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "grant_type": {"type": "string", "enum": ["authorization_code"]},
+        "code": {"type": "string", "description": "From the redirect; valid 60 s, once."},
+        "redirect_uri": {"type": "string", "description": "The same one sent to /auth."},
+        "client_id": {"type": "string"},
+        "client_secret": {"type": "string", "description": "Or HTTP Basic, not both."},
+        "code_verifier": {"type": "string", "description": "PKCE, when /auth had a challenge."},
+    },
+    "required": ["grant_type", "code", "redirect_uri"],
+}
+
+
+class TokenResult(BaseModel):
+    type: str
+    status: str
+
+
+class ReceiptCreated(BaseModel):
+    """What creating a receipt answers: its id, the links its RECEIPT_ID tokens made, one status
+    per token (in order) and the receipt's private web address."""
+
+    receipt_id: str
+    receipt_links: list[str]
+    tokens: list[TokenResult]
+    receipt_web_url: str
+
+
+class ReceiptSummary(BaseModel):
+    receipt_id: str
+    merchant_name: str | None
+    receipt_time: str
+    total: int
+    currency: str
+
+
+class ReceiptList(BaseModel):
+    """One page, newest first; ``next_cursor`` fetches the next (null on the last page)."""
+
+    receipts: list[ReceiptSummary]
+    next_cursor: str | None
+
+
+class QrCode(BaseModel):
+    value: str
+    namespace: str
+    expires_at: str
+
+
+class AccessToken(BaseModel):
+    token_type: str
+    access_token: str
+    scope: str
+    service_id: str
+    expires_in: int
+
+
+class Revoked(BaseModel):
+    service_id: str
+    revoked: bool
+
+
+# The JSON answers of the API operations that return one shape (reading a receipt answers in the
+# format asked for; the card operations describe their own).
+RESPONSE_MODELS: dict[tuple[str, str], type[BaseModel]] = {
+    ("post", "/api/v1/receipts/"): ReceiptCreated,
+    ("get", "/api/v1/receipts/"): ReceiptList,
+    ("post", "/api/v1/qr-codes/"): QrCode,
+    ("post", "/api/oauth/token"): AccessToken,
+    ("delete", "/api/oauth/revoke"): Revoked,
+}
+
+
+def _swagger_ui_assets() -> Path:
+    """Swagger UI's files as the swagger-ui-py package ships them (found without importing it:
+    its package imports handlers for other web frameworks)."""
+    spec = importlib.util.find_spec("swagger_ui")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("swagger-ui-py is not installed: run scripts/bootstrap")
+    return Path(spec.submodule_search_locations[0]) / "static"
+
+
+def add_docs(app: FastAPI) -> None:
+    """``/docs`` with Swagger UI served from this server, so it works without the internet
+    (FastAPI's own page loads it from a CDN)."""
+    app.mount("/docs-assets", StaticFiles(directory=_swagger_ui_assets()), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{app.title} API",
+            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs-assets/swagger-ui.css",
+            swagger_favicon_url="/docs-assets/favicon-32x32.png",
+            swagger_ui_parameters={"persistAuthorization": False},
+        )
+
+
+def build_openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title, version=app.version, summary=app.summary, routes=app.routes
+    )
+    components = schema.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    for model in (Receipt, TokenReceiptRequest):
+        model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(model_schema.pop("$defs", {}))
+        schemas[model.__name__] = model_schema
+    schemas.pop("HTTPValidationError", None)
+    schemas.pop("ValidationError", None)
+    schemas.update(ERROR_SCHEMAS)
+    for response_model in RESPONSE_MODELS.values():
+        response_schema = response_model.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        )
+        schemas.update(response_schema.pop("$defs", {}))
+        schemas[response_model.__name__] = response_schema
+    components["securitySchemes"] = SECURITY_SCHEMES
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            _shape_operation(method, path, operation)
+    app.openapi_schema = schema
+    return schema
+
+
+def _shape_operation(method: str, path: str, operation: dict[str, Any]) -> None:
+    responses = operation.setdefault("responses", {})
+    responses.pop("422", None)
+    response_model = RESPONSE_MODELS.get((method, path))
+    if response_model is not None:
+        ref = {"$ref": f"#/components/schemas/{response_model.__name__}"}
+        responses["200"]["content"] = {"application/json": {"schema": ref}}
+    security = SECURITY.get((method, path))
+    if security is not None:
+        operation["security"] = security
+        operation["parameters"] = [
+            p
+            for p in operation.get("parameters", [])
+            if not (p["in"] == "header" and p["name"].lower() in _COVERED_HEADERS)
+        ]
+        if security != [{"ClientBasic": []}, {}]:
+            responses.setdefault("401", {"description": "Missing or wrong key or token."})
+    if path.startswith("/api/"):
+        responses.setdefault("400", {"description": "Invalid input; the text names the field."})
+    if (method, path) == ("post", "/api/oauth/token"):
+        operation["requestBody"] = {
+            "required": True,
+            "content": {
+                "application/x-www-form-urlencoded": {"schema": TOKEN_REQUEST_SCHEMA},
+                "application/json": {"schema": TOKEN_REQUEST_SCHEMA},
+            },
+        }
+    for status, response in responses.items():
+        if status.startswith("4") and path.startswith("/api/"):
+            response["content"] = _ERROR_CONTENT
