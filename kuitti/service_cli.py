@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import uvicorn
@@ -36,30 +36,30 @@ def serve(
 ) -> None:
     """Run the service (and, unless --no-worker, the delivery worker in-process)."""
     open_services()  # validates settings and migrates an embedded database before forking
-    config = uvicorn.Config(
-        "kuitti.asgi:app_from_environment",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="warning",
-        log_config=UVICORN_LOG_CONFIG,
-        access_log=False,
-        proxy_headers=True,
-        server_header=False,
-    )
+    os.environ[RUN_WORKER_ENV] = "0" if no_worker else "1"
+    options: dict[str, Any] = {
+        "factory": True,
+        "host": host,
+        "port": port,
+        "workers": workers,
+        "log_level": "warning",
+        "log_config": UVICORN_LOG_CONFIG,
+        "access_log": False,
+        "proxy_headers": True,
+        "server_header": False,
+    }
+    os.environ[LISTEN_ENV] = f"http://{host}:{port}"
+    if workers > 1:  # uvicorn's supervisor binds the socket and starts the processes
+        uvicorn.run("kuitti.asgi:app_from_environment", **options)
+        return
+    config = uvicorn.Config("kuitti.asgi:app_from_environment", **options)
     try:
         # Bound before the application starts, so its ready line is only logged once the
         # address is really listening (and a port in use stops here with one line).
         sock = config.bind_socket()
     except SystemExit:
         fail(f"cannot listen on {host}:{port} (is another server running there?)")
-    os.environ[RUN_WORKER_ENV] = "0" if no_worker else "1"
-    os.environ[LISTEN_ENV] = f"http://{host}:{sock.getsockname()[1]}"
-    if workers > 1:
-        uvicorn.supervisors.Multiprocess(config, sockets=[sock]).run()
-    else:
-        uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def worker() -> None:
