@@ -1,4 +1,4 @@
-"""Rendering benchmark: milliseconds per document for each ``data_format`` of Endpoint 3.
+"""Rendering benchmark: milliseconds per document for each ``data_format`` a receipt is read in.
 
 For a 5-row and a 60-row receipt (realistic rows, three VAT rates, a card payment with terminal
 text; the 5-row one also has a QR code, an EAN-13 barcode and an OCMF verification), it reports:
@@ -7,7 +7,7 @@ text; the 5-row one also has a QR code, an EAN-13 barcode and an OCMF verificati
 - ``warm``: the median of ``--repeat`` renderings after warm-up, the render cache bypassed;
 - ``cached``: the median of ``--repeat`` calls of ``render()`` answered from the render cache.
 
-It calls the renderers in-process (no HTTP, no database), as Endpoint 3 and the mail sender do.
+It calls the renderers in-process (no HTTP, no database), as the read endpoint and mail do.
 
     .venv/bin/python bench/render.py [--repeat 30] [--json]
 """

@@ -1,5 +1,5 @@
 """Plain typed functions that build test data. Receipts come out internally consistent (the
-arithmetic of SPEC §4 holds), so a test changes only what it is about."""
+arithmetic the validator checks holds), so a test changes only what it is about."""
 
 from __future__ import annotations
 

@@ -246,5 +246,12 @@ def test_help_imports_no_command_module() -> None:
     loaded = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
-    for module in ("uvicorn", "kuitti.app", "kuitti.cards.cli", "kuitti.service_cli"):
+    for module in (
+        "fastapi",
+        "uvicorn",
+        "kuitti.app",
+        "kuitti.cards.cli",
+        "kuitti.partners.cli",
+        "kuitti.service_cli",
+    ):
         assert f"'{module}'" not in loaded

@@ -1,4 +1,4 @@
-"""Card issuers' API (SPEC §7): enrol and remove cards, report card transactions.
+"""Card issuers' API (docs/api.md, "Cards"): enrol and remove cards, report card transactions.
 
 Authentication: the issuer's API key in ``SERVICE_APIKEY`` (or ``Service-Apikey``), or as
 ``Authorization: Token <key>``; the partner needs the ``card_issuer`` role. Enrolment may also

@@ -165,7 +165,7 @@ def issuer_card(
 def card_for_token(
     session: Session, partner_card_id: str, masked_pan: str, namespace: str | None
 ) -> Card | None:
-    """The card a ``CARD`` token names (SPEC §11), or None (the token is then ``unmatched``).
+    """The card a ``CARD`` token names (docs/delivery.md), or None (the token is ``unmatched``).
 
     ``namespace`` names the issuer by one of its namespaces; without it the ``partner_card_id``
     must be unique across issuers. The token's masked PAN must show at least the last four digits

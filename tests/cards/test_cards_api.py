@@ -1,5 +1,5 @@
 """``POST /api/v1/cards/``, ``DELETE /api/v1/cards/<id>/``, ``POST /api/v1/card-transactions/``:
-who may call them, what they accept, and ``card_for_token`` (SPEC §11 CARD token)."""
+who may call them, what they accept, and ``card_for_token`` (the CARD token)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Webhook rows written by card-linking, with their exact bodies (SPEC §9, interface Events)."""
+"""Webhook rows written by card-linking, with their exact bodies (docs/webhooks.md)."""
 
 from __future__ import annotations
 

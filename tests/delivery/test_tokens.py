@@ -1,4 +1,4 @@
-"""Each token type end to end through the HTTP API (SPEC §4, §8, §11)."""
+"""Each token type end to end through the HTTP API (docs/delivery.md)."""
 
 from __future__ import annotations
 

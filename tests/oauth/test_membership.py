@@ -1,4 +1,4 @@
-"""``/membership`` (Endpoint 7): only the owner acts, only to registered addresses."""
+"""``/membership``: only the owner acts, only to registered addresses."""
 
 from __future__ import annotations
 

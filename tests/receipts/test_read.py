@@ -1,4 +1,4 @@
-"""Endpoint 3 with the partner key, and the list endpoint with cursor pagination."""
+"""Reading a receipt with the partner key, and the list endpoint with cursor pagination."""
 
 from __future__ import annotations
 

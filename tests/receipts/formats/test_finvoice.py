@@ -1,4 +1,4 @@
-"""finvoice_xml and finvoice_pdf through Endpoint 3; every generated document is validated
+"""finvoice_xml and finvoice_pdf through the read endpoint; every generated document is validated
 against the official Finvoice 3.0 XSD."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""OCMF verification with real key pairs generated here, and its rendering through Endpoint 3."""
+"""OCMF verification with real key pairs generated here, and its rendering on a read."""
 
 from __future__ import annotations
 

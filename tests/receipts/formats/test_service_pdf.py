@@ -1,4 +1,4 @@
-"""service_pdf through Endpoint 3: content read back with pypdf, codes scanned with zxing-cpp,
+"""service_pdf as read over HTTP: content read back with pypdf, codes scanned with zxing-cpp,
 PDF/A-3 parts, layouts, languages, and the HTTP caching headers."""
 
 from __future__ import annotations

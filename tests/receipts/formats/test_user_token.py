@@ -1,4 +1,4 @@
-"""Every format through Endpoint 3 for a partner application reading with a user's token
+"""Every format through the read endpoint for a partner application reading with a user's token
 (SERVICE_APIKEY + Bearer), the second kind of caller."""
 
 from __future__ import annotations
