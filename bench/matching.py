@@ -85,7 +85,7 @@ sys.path.insert(0, str(ROOT))
 from kuitti.app import create_app  # noqa: E402
 from kuitti.cards.service import check_card_request, enroll_card  # noqa: E402
 from kuitti.cards.settler import settle_due_matches  # noqa: E402
-from kuitti.cards.wakeups import MATCH_CHANNEL  # noqa: E402
+from kuitti.cards.wakeups import MATCHING  # noqa: E402
 from kuitti.clock import FrozenClock  # noqa: E402
 from kuitti.config import Settings  # noqa: E402
 from kuitti.db import Database  # noqa: E402
@@ -861,7 +861,7 @@ def start_worker(args: argparse.Namespace, services: Services) -> Callable[[], N
         deadline = time.monotonic() + 180
         while True:
             with services.db.session(write=False) as session:
-                query = f"LISTEN {MATCH_CHANNEL}"
+                query = f"LISTEN {MATCHING.channel}"
                 if session.scalar(listening, {"q": query}):
                     break
             assert process.poll() is None, "the worker process ended"

@@ -6,22 +6,18 @@ preparing the service.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 from typing import Annotated, Any
 
 import typer
 import uvicorn
-import uvloop
 
 from kuitti.asgi import LISTEN_ENV, RUN_WORKER_ENV
 from kuitti.cli_helpers import fail, open_database, open_services, settings_or_exit
 from kuitti.dbmigrate import upgrade
 from kuitti.demo import fill_demo
 from kuitti.logs import UVICORN_LOG_CONFIG
-from kuitti.services import Services
-from kuitti.worker import run_worker
+from kuitti.worker import run_worker_process
 
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 
@@ -70,16 +66,7 @@ def serve(
 
 def worker() -> None:
     """Run the delivery worker alone (webhooks and e-mail)."""
-
-    async def main(services: Services) -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run_worker(services, stop)
-
-    # uvloop (installed with uvicorn[standard]) as kuitti serve uses: less CPU per delivery.
-    uvloop.run(main(open_services()))
+    run_worker_process(open_services())
 
 
 @db_app.command("upgrade")

@@ -2,8 +2,8 @@
 serve``. It imports the domains; no domain imports it.
 
 Each step is a coroutine that runs until ``stop`` is set. A commit that queued work wakes the
-steps that wait on ``wake`` at once: in this process through ``subscribe_wakeups``, from other
-processes through PostgreSQL ``LISTEN``. Adding a step is one line in ``run_worker``.
+steps that wait on it at once (``kuitti.wakeups``: in this process through a callback, from
+other processes through PostgreSQL ``LISTEN``). Adding a step is one line in ``run_worker``.
 """
 
 from __future__ import annotations
@@ -15,19 +15,16 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-import psycopg
 import uvloop
-from sqlalchemy.engine import make_url
 
 from kuitti.cards.settler import run_settler
 from kuitti.delivery.mail import send_due_mail
 from kuitti.logs import configure_logging, log
 from kuitti.services import Services
-from kuitti.webhooks.events import WAKE_CHANNEL, subscribe_wakeups
+from kuitti.webhooks.events import WEBHOOKS
 from kuitti.webhooks.worker import POLL_SECONDS, WallTime, run_webhooks
 
 MAIL_POLL_SECONDS = 1.0
-LISTEN_RETRY_SECONDS = 1.0
 
 
 def run_worker_process(services: Services, *, use_uvloop: bool = True) -> None:
@@ -62,27 +59,17 @@ async def run_worker(
 
     ``poll_seconds`` bounds how long a retry that fell due, or an event queued by another
     process without PostgreSQL's NOTIFY (SQLite), waits to be noticed."""
-    loop = asyncio.get_running_loop()
-    wake = asyncio.Event()
-
-    def wake_from_any_thread() -> None:
-        with contextlib.suppress(RuntimeError):  # the loop has closed
-            loop.call_soon_threadsafe(wake.set)
-
     # Beside the webhook step, which the worker waits for (it lets calls under way finish).
     steps: list[Coroutine[Any, Any, None]] = []
-    if services.db.dialect == "postgresql":
-        steps.append(listen_for_wakeups(services, wake))
     if mail:
         steps.append(run_mail(services, stop))
     if settle:
         steps.append(run_settler(services, stop))
-    unsubscribe = subscribe_wakeups(wake_from_any_thread)
     helpers = [asyncio.create_task(step) for step in steps]
     try:
-        await run_webhooks(services, stop, wake, wall_time=wall_time, poll_seconds=poll_seconds)
+        async with WEBHOOKS.watching(services.db) as wake:
+            await run_webhooks(services, stop, wake, wall_time=wall_time, poll_seconds=poll_seconds)
     finally:
-        unsubscribe()
         for task in helpers:
             task.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
@@ -98,20 +85,3 @@ async def run_mail(services: Services, stop: asyncio.Event) -> None:
             log.warning("mail worker round failed", error=f"{type(exc).__name__}: {exc}"[:300])
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), MAIL_POLL_SECONDS)
-
-
-async def listen_for_wakeups(services: Services, wake: asyncio.Event) -> None:
-    """Set ``wake`` on ``NOTIFY kuitti_webhooks`` from any process; reconnect when the database
-    returns. Polling still covers the gaps."""
-    url = make_url(services.db.url).set(drivername="postgresql")
-    dsn = url.render_as_string(hide_password=False)
-    while True:
-        try:
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-                await conn.execute(f"LISTEN {WAKE_CHANNEL}")
-                wake.set()  # catch up with anything queued while we were not listening
-                async for _ in conn.notifies():
-                    wake.set()
-        except (psycopg.Error, OSError) as exc:
-            log.info("LISTEN connection lost", error=str(exc)[:200])
-            await asyncio.sleep(LISTEN_RETRY_SECONDS)

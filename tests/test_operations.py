@@ -11,7 +11,15 @@ import orjson
 from kuitti.app import create_app
 from kuitti.clock import FrozenClock
 from kuitti.db import Database
-from kuitti.openapi import RESPONSE_MODELS, ReceiptCreated, ReceiptList
+from kuitti.models import PartnerRole
+from kuitti.openapi import (
+    RESPONSE_MODELS,
+    Card,
+    CardRemoved,
+    CardTransactionRecorded,
+    ReceiptCreated,
+    ReceiptList,
+)
 from kuitti.services import Services
 from tests.conftest import make_settings
 from tests.factories import auth, make_partner, receipt_doc, token_body
@@ -158,3 +166,24 @@ def test_documented_answers_match_real_ones(client: httpx.Client, services: Serv
     listed = client.get("/api/v1/receipts/", headers={"Authorization": merchant.api_key})
     page = ReceiptList.model_validate(listed.json(), strict=True)
     assert [r.receipt_id for r in page.receipts] == [created.json()["receipt_id"]]
+
+    issuer = {"Authorization": make_partner(services, PartnerRole.CARD_ISSUER).api_key}
+    card_body = {"partner_card_id": "c-1", "masked_pan": "415301******1234", "exp_date": "2028-12"}
+    enrolled = client.post("/api/v1/cards/", json=card_body, headers=issuer)
+    card = Card.model_validate(enrolled.json(), strict=True)
+    assert set(enrolled.json()) == set(Card.model_fields) - {"name"}
+    transaction = {
+        "partner_card_id": "c-1",
+        "transaction_type": "auth",
+        "amount": 1198,
+        "currency": "EUR",
+        "timestamp": "2026-01-15T14:03:11+02:00",
+        "merchant_id": "MID-1",
+        "merchant_name": "Kauppa Oy",
+    }
+    recorded = client.post("/api/v1/card-transactions/", json=transaction, headers=issuer)
+    CardTransactionRecorded.model_validate(recorded.json(), strict=True)
+    assert set(recorded.json()) == set(CardTransactionRecorded.model_fields)
+    removed = client.delete(f"/api/v1/cards/{card.service_card_id}/", headers=issuer)
+    assert CardRemoved.model_validate(removed.json(), strict=True).deleted
+    assert set(removed.json()) == set(CardRemoved.model_fields)

@@ -98,7 +98,7 @@ def record_card_payments(
     records = [_record(receipt, document, index, payment, now) for index, payment in payments]
     session.add_all(records)
     if any(r.status == PaymentStatus.WAITING for r in records):
-        wakeups.announce(session)
+        wakeups.MATCHING.announce(session)
 
 
 def _record(

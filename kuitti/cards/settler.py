@@ -9,11 +9,9 @@ closed — in batches per merchant id, and expire what left the matching set.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
-import psycopg
-from sqlalchemy import make_url, select
+from sqlalchemy import select
 
 from kuitti import locks
 from kuitti.cards import wakeups
@@ -58,56 +56,27 @@ def settle_due_matches(
 async def run_settler(services: Services, stop: asyncio.Event) -> None:
     """Run the matching step whenever a commit recorded card payments, and every
     ``SETTLE_INTERVAL_SECONDS``, until ``stop`` is set (for the worker's task group)."""
-    loop = asyncio.get_running_loop()
-    wake = asyncio.Event()
+    async with wakeups.MATCHING.watching(services.db) as wake:
+        await _settle_until_stopped(services, stop, wake)
 
-    def wake_from_any_thread() -> None:
-        with contextlib.suppress(RuntimeError):  # the loop has closed
-            loop.call_soon_threadsafe(wake.set)
 
-    unsubscribe = wakeups.subscribe(wake_from_any_thread)
-    listener = (
-        asyncio.create_task(_listen_postgres(services, wake))
-        if services.db.dialect == "postgresql"
-        else None
-    )
+async def _settle_until_stopped(
+    services: Services, stop: asyncio.Event, wake: asyncio.Event
+) -> None:
     expired_at = 0.0
-    try:
-        while not stop.is_set():
-            wake.clear()
-            expire = time.monotonic() - expired_at >= SETTLE_INTERVAL_SECONDS
-            try:
-                while await asyncio.to_thread(settle_due_matches, services, expire=expire):
-                    expire = False  # drain a backlog; expiry once per interval is enough
-            except Exception as exc:  # a database outage must not end the loop; retry later
-                log.warning("settle_due_matches failed", error=type(exc).__name__)
-            else:
-                expired_at = time.monotonic() if expire else expired_at
-            waits = [asyncio.create_task(stop.wait()), asyncio.create_task(wake.wait())]
-            await asyncio.wait(
-                waits, timeout=SETTLE_INTERVAL_SECONDS, return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in waits:
-                task.cancel()
-    finally:
-        unsubscribe()
-        if listener is not None:
-            listener.cancel()
-            await asyncio.gather(listener, return_exceptions=True)
-
-
-async def _listen_postgres(services: Services, wake: asyncio.Event) -> None:
-    """Wake on ``NOTIFY kuitti_card_matching`` from any process; reconnect when the database
-    returns (the periodic step covers the gap)."""
-    url = make_url(services.db.url).set(drivername="postgresql")
-    dsn = url.render_as_string(hide_password=False)
-    while True:
+    while not stop.is_set():
+        wake.clear()
+        expire = time.monotonic() - expired_at >= SETTLE_INTERVAL_SECONDS
         try:
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-                await conn.execute(f"LISTEN {wakeups.MATCH_CHANNEL}")
-                wake.set()  # catch up with anything recorded while we were not listening
-                async for _ in conn.notifies():
-                    wake.set()
-        except (psycopg.Error, OSError) as exc:
-            log.info("card matching LISTEN connection lost", error=str(exc)[:200])
-            await asyncio.sleep(1.0)
+            while await asyncio.to_thread(settle_due_matches, services, expire=expire):
+                expire = False  # drain a backlog; expiry once per interval is enough
+        except Exception as exc:  # a database outage must not end the loop; retry later
+            log.warning("settle_due_matches failed", error=type(exc).__name__)
+        else:
+            expired_at = time.monotonic() if expire else expired_at
+        waits = [asyncio.create_task(stop.wait()), asyncio.create_task(wake.wait())]
+        await asyncio.wait(
+            waits, timeout=SETTLE_INTERVAL_SECONDS, return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in waits:
+            task.cancel()

@@ -7,67 +7,18 @@ and a crash after commit loses nothing.
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Callable
 from datetime import datetime
 
-from sqlalchemy import event, text
 from sqlalchemy.orm import Session
 
 from kuitti.models import Connection, Partner, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
+from kuitti.wakeups import CommitWakeup
 from kuitti.webhooks.payloads import WebhookPayload
 
-# Workers wake as soon as a transaction that queued a webhook commits: in the same process
-# through these callbacks, in other processes through PostgreSQL's NOTIFY (which the database
-# delivers only when the transaction commits, so a rolled-back change wakes nobody).
-WAKE_CHANNEL = "kuitti_webhooks"
-_QUEUED = "kuitti.webhooks.queued"
-_wake_callbacks: set[Callable[[], None]] = set()
-_wake_lock = threading.Lock()
-
-
-def subscribe_wakeups(callback: Callable[[], None]) -> Callable[[], None]:
-    """Call ``callback`` (from any thread) after each commit that queued a webhook; returns the
-    function that unsubscribes."""
-    with _wake_lock:
-        _wake_callbacks.add(callback)
-
-    def unsubscribe() -> None:
-        with _wake_lock:
-            _wake_callbacks.discard(callback)
-
-    return unsubscribe
-
-
-def wake_workers() -> None:
-    """Tell this process's workers to look for due deliveries now (after moving a test clock,
-    say)."""
-    with _wake_lock:
-        callbacks = list(_wake_callbacks)
-    for callback in callbacks:
-        callback()
-
-
-def announce(session: Session) -> None:
-    """Mark the session's transaction as one that queued a delivery; workers wake on commit."""
-    if session.info.get(_QUEUED):
-        return
-    session.info[_QUEUED] = True
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text(f"NOTIFY {WAKE_CHANNEL}"))
-
-
-@event.listens_for(Session, "after_commit")
-def _wake_after_commit(session: Session) -> None:
-    if session.info.pop(_QUEUED, False):
-        wake_workers()
-
-
-@event.listens_for(Session, "after_rollback")
-def _forget_after_rollback(session: Session) -> None:
-    session.info.pop(_QUEUED, None)
+# Workers wake as soon as a transaction that queued a webhook commits (``kuitti.wakeups``).
+WEBHOOKS = CommitWakeup("kuitti_webhooks")
 
 
 def enqueue(
@@ -89,7 +40,7 @@ def enqueue(
         created_at=now,
     )
     session.add(delivery)
-    announce(session)
+    WEBHOOKS.announce(session)
     return delivery
 
 

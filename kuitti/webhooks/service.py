@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from kuitti.models import WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
-from kuitti.webhooks.events import announce
+from kuitti.webhooks.events import WEBHOOKS
 
 
 class UnknownDelivery(LookupError):
@@ -72,5 +72,5 @@ def replay(session: Session, delivery_id: uuid.UUID, *, now: datetime) -> Webhoo
     delivery.status = DeliveryStatus.PENDING
     delivery.next_attempt_at = now
     delivery.delivered_at = None
-    announce(session)
+    WEBHOOKS.announce(session)
     return delivery

@@ -21,7 +21,7 @@ from kuitti.delivery.mail import enqueue_mail
 from kuitti.models import WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
 from kuitti.services import Services
-from kuitti.webhooks.events import enqueue, wake_workers
+from kuitti.webhooks.events import WEBHOOKS, enqueue
 from kuitti.webhooks.worker import Outcome, claim_due, lease_seconds, record_outcomes
 from tests.webhooks.proxy import TcpProxy
 from tests.webhooks.receivers import Behaviour, Receiver
@@ -266,7 +266,7 @@ class TestDatabaseUnavailable:
                         errors_before = _errors()
                         blocker.execute("BEGIN EXCLUSIVE")  # another writer holds the database
                         clock.advance(61)
-                        wake_workers()
+                        WEBHOOKS.wake()
                         wait_until(lambda: _errors() > errors_before)
                         assert endpoint.received == []
                         blocker.execute("ROLLBACK")
