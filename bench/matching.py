@@ -83,6 +83,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kuitti.app import create_app  # noqa: E402
+from kuitti.cards.explain import explain_receipt  # noqa: E402
 from kuitti.cards.service import check_card_request, enroll_card  # noqa: E402
 from kuitti.cards.settler import settle_due_matches  # noqa: E402
 from kuitti.cards.wakeups import MATCHING  # noqa: E402
@@ -639,6 +640,7 @@ def report(
         (str(r), i): card_index.get(c) for r, i, c in matches
     }
     total = matchable = correct = wrong = unenrolled_payments = 0
+    wrong_matches: list[tuple[str, int, Payment, int | None]] = []
     # category: payments, matchable, correct, wrong
     by_category = {name: [0, 0, 0, 0] for name in CATEGORIES}
     for receipt_id, purchase in receipt_of.items():
@@ -661,8 +663,19 @@ def report(
             else:
                 wrong += 1
                 tally_of[3] += 1
+                wrong_matches.append((receipt_id, index, payment, got))
     with services.db.session(write=False) as session:
         reasons = session.execute(select(CardPaymentRecord.status, CardPaymentRecord.reason)).all()
+        # Every wrong match with the decision kuitti recorded, so a regression can be traced.
+        for receipt_id, index, payment, got in wrong_matches:
+            print(
+                f"WRONG: receipt {receipt_id} payment {index} ({payment.category}, paid "
+                f"{payment.paid_at.isoformat()}, amount {payment.amount}, code shown "
+                f"{payment.show_code}, last4 only {payment.last4_only}) belongs to card "
+                f"#{payment.shopper.card_index}, went to #{got}"
+            )
+            explained = explain_receipt(session, uuid.UUID(receipt_id), services.clock.now())
+            print(json.dumps(explained, indent=2, default=str))
     tally: dict[str, int] = {}
     for status, reason in reasons:
         if status == "matched":

@@ -299,8 +299,8 @@ def _purchase_for(
 
     A clearing continues an auth of the same sign, 15 min before to 7 days after it, that has
     no clearing yet and whose codes do not differ from the clearing's. Among several, an equal
-    authorization code or reference number decides (earliest first), then an equal amount if
-    only one auth has it, then the only one."""
+    authorization code or reference number decides (earliest first), then an equal amount
+    (earliest first), then the only one."""
     fresh = CardPurchase(
         id=None,
         card_id=card.id,
@@ -349,7 +349,11 @@ def _purchase_for(
     if coded:
         return coded[0]
     same_amount = [p for a, p in open_auths if a.amount == request.amount]
-    if len(same_amount) == 1:
+    if same_amount:
+        # Several open auths of this card, merchant and amount (a daily regular's coffee): the
+        # clearing continues one of them, and which one changes nobody's receipt. Joining none
+        # would leave a phantom second purchase that a stranger's receipt with a colliding
+        # masked PAN could take.
         return same_amount[0]
     if len(open_auths) == 1:
         return open_auths[0][1]

@@ -50,6 +50,16 @@ class TestOnePurchase:
         clearing = world.transaction(kind="clearing", authorization_code="XYZ999")
         assert clearing["purchase_id"] != auth["purchase_id"]
 
+    def test_a_codeless_clearing_joins_the_earliest_of_equal_open_auths(self, world: World) -> None:
+        """A daily regular: two open auths of the same amount, then a clearing with no codes.
+        It continues one of them, never a phantom third purchase a stranger could take."""
+        world.enroll()
+        monday = world.transaction(at=PAID_AT)
+        world.transaction(at=PAID_AT + timedelta(days=1))
+        world.clock.set(PAID_AT + timedelta(days=2))
+        clearing = world.transaction(kind="clearing", at=PAID_AT + timedelta(days=2))
+        assert clearing["purchase_id"] == monday["purchase_id"]
+
     def test_a_retried_transaction_is_stored_once(self, world: World) -> None:
         world.enroll()
         first = world.transaction(authorization_code=AUTH_CODE)
