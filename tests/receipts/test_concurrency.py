@@ -74,3 +74,16 @@ def test_idempotency_key_racing(live_server: LiveServer, services: Services) -> 
     assert {r.status_code for r in responses} == {200}
     assert len({r.json()["receipt_id"] for r in responses}) == 1
     assert stored(services) == 1
+
+
+def test_more_posts_at_once_than_the_pool_has_connections(
+    live_server: LiveServer, services: Services
+) -> None:
+    """A request holds one connection at a time: authenticating through the request's session
+    and then writing through a unit of its own never waits for a second connection while it
+    keeps the first (forty posts against the test pool of twenty used to wait out its timeout)."""
+    merchant = make_partner(services)
+    posts = [(receipt_doc(receiptNumber=f"R-{i}"), auth(merchant.api_key)) for i in range(40)]
+    responses = race(live_server.url, posts)
+    assert [r.status_code for r in responses] == [200] * len(posts)
+    assert stored(services) == len(posts)
