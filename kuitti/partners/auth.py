@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated
 
 from fastapi import Depends, Header
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from kuitti.deps import ReadSession, ServicesDep
@@ -47,6 +49,23 @@ def authenticate_partner(
     session.expunge(partner)
     session.rollback()
     return partner
+
+
+_ENABLED_PARTNER_ID = select(Partner.id).where(
+    Partner.api_key_hash == bindparam("digest"), Partner.disabled_at.is_(None)
+)
+
+
+def authenticate_partner_id(session: Session, authorization: str | None) -> uuid.UUID:
+    """``authenticate_partner`` for a caller that needs only the partner's id (a reader): one
+    indexed lookup of a prebuilt statement, no partner object or namespaces loaded."""
+    key = api_key_from_header(authorization)
+    if key is None:
+        raise Unauthorized("Send the partner API key as 'Authorization: Token <API_KEY>'.")
+    partner_id = session.scalar(_ENABLED_PARTNER_ID, {"digest": hash_secret(key)})
+    if partner_id is None:
+        raise Unauthorized("The API key is not valid.")
+    return partner_id
 
 
 def require_role(partner: Partner, role: PartnerRole) -> Partner:

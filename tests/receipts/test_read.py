@@ -10,6 +10,7 @@ import pytest
 
 from kuitti.models import PartnerRole
 from kuitti.services import Services
+from tests.conftest import StatementCounter
 from tests.factories import auth, make_partner, receipt_doc
 
 LIST = "/api/v1/receipts/"
@@ -97,6 +98,33 @@ class TestGetReceipt:
             headers={"Authorization": "Bearer a.b.c"},
         )
         assert response.status_code == 401
+
+
+class TestReadCost:
+    """What the read path does per request (docs/performance.md, "Reading")."""
+
+    def test_a_read_is_two_queries(
+        self, client: httpx.Client, services: Services, sql: StatementCounter
+    ) -> None:
+        """The key's partner; then the receipt, its poster and the right to read it at once."""
+        merchant = make_partner(services)
+        receipt_id = create(client, merchant.api_key)
+        path = f"/api/v1/receipts/{receipt_id}/service_json/"
+        assert client.get(path, headers=auth(merchant.api_key)).status_code == 200
+        with sql.counting() as statements:
+            assert client.get(path, headers=auth(merchant.api_key)).status_code == 200
+        queries = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+        assert len(queries) == 2, queries
+
+    def test_a_bad_key_is_401_before_a_bad_parameter_is_400(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        merchant = make_partner(services)
+        receipt_id = create(client, merchant.api_key)
+        for path in (f"{LIST}?limit=0", f"/api/v1/receipts/{receipt_id}/service_json/?layout=x"):
+            assert client.get(path, headers=auth("not-a-key")).status_code == 401
+            answer = client.get(path, headers=auth(merchant.api_key))
+            assert answer.status_code == 400, answer.text
 
 
 class TestListReceipts:
