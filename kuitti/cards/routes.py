@@ -91,21 +91,18 @@ def enroll_card(
     body: RawBody,
     issuer: CardIssuer,
     services: ServicesDep,
-    session: WriteSession,
+    read: ReadSession,
     now: Now,
     authorization: Annotated[str | None, Header()] = None,
     content_type: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
     request = parse_card_request(_json_body(body, content_type))
-    connection = optional_connection(session, services.settings, authorization, issuer, now=now)
-    card, _created = service.enroll_card(
-        session,
-        issuer,
-        request,
-        now=now,
-        user_id=connection.user_id if connection is not None else None,
-    )
-    return service.card_json(card)
+    connection = optional_connection(read, services.settings, authorization, issuer, now=now)
+    user_id = connection.user_id if connection is not None else None
+    read.rollback()  # hand its connection back: the write unit takes one of its own
+    with services.db.session() as session:  # the write unit, once the request is accepted
+        card, _created = service.enroll_card(session, issuer, request, now=now, user_id=user_id)
+        return service.card_json(card)
 
 
 @router.delete(
@@ -162,9 +159,9 @@ def create_transaction(
     body: RawBody,
     issuer: CardIssuer,
     services: ServicesDep,
-    session: WriteSession,
     now: Now,
     content_type: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
     request = parse_transaction_request(_json_body(body, content_type))
-    return service.record_transaction(session, services.settings, issuer, request, now=now)
+    with services.db.session() as session:  # the write unit, once the request is accepted
+        return service.record_transaction(session, services.settings, issuer, request, now=now)
