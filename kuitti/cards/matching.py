@@ -22,6 +22,11 @@ Serialisation: every evaluation runs under ``locks.acquire(session, "match", <me
 merchant ids, so everything one decision reads is under that one lock, and a receipt and its
 transaction arriving together are decided once. The unique constraints on ``card_matches``
 (``payment_id``, ``purchase_id``) are the last guard.
+
+Why one long module: after the pure rules (``rules``), the explanations (``explain``) and the
+notifications (``notifications``) moved out, what stays is one decision procedure that reads and
+writes under one lock; kept in one file so the serialisation argument above can be checked
+against all the code it covers.
 """
 
 from __future__ import annotations
