@@ -17,6 +17,8 @@ import pytest
 from kuitti.services import Services
 from tests.oauth.flow import consent, log_in
 from tests.test_serve import start, stop, wait_ready
+from tests.webhooks.receivers import Receiver
+from tests.webhooks.support import deliver, queue, webhook_partner
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE_ADDRESS = "http://127.0.0.1:8000"
@@ -114,3 +116,30 @@ def test_readme_postgresql_with_several_processes(
     # The guide leaves the server and the worker running; stop them as it says.
     out = bash(script + "\nkill %1 %2\nwait\n", env, tmp_path)
     assert out == 'database is at the newest revision\n{"status":"ready"}\n', out
+
+
+def test_webhooks_checking_code_accepts_a_real_delivery(services: Services) -> None:
+    """docs/webhooks.md, "Checking a webhook": the receiver code as printed, given the key kuitti
+    printed, accepts what the worker really sent and refuses a forged or altered one."""
+    section = (ROOT / "docs" / "webhooks.md").read_text().split("## Checking a webhook\n", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S)
+    assert snippet is not None
+    with Receiver() as bank:
+        partner = webhook_partner(services, bank.url)
+        assert partner.webhook_key is not None
+        queue(services, partner)
+        assert deliver(services) == 1
+        (call,) = bank.wait_for(1)
+    handled: list[tuple[object, str]] = []
+    code = snippet.group(1).replace('"whsec_…"', repr(partner.webhook_key))
+    namespace: dict[str, object] = {
+        "already_processed": lambda _webhook_id: False,
+        "enqueue_for_processing": lambda event, webhook_id: handled.append((event, webhook_id)),
+    }
+    exec(compile(code, "docs/webhooks.md", "exec"), namespace)  # noqa: S102
+    handle = namespace["handle"]
+    assert callable(handle)
+    assert handle(call.body, call.headers) == 200
+    assert handled == [(orjson.loads(call.body), call.webhook_id)]
+    assert handle(call.body.replace(b"}", b" }", 1), call.headers) == 400
+    assert handle(call.body, {**call.headers, "authorization": "Token whsec_forged"}) == 401
