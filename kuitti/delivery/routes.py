@@ -29,7 +29,7 @@ from kuitti.oauth.bearer import AppConnection
 from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.rendering import render
 from kuitti.users.sessions import CurrentUser, login_url
-from kuitti.web import check_csrf
+from kuitti.web import CsrfForm, check_csrf
 from kuitti.web import render as render_page
 
 router = APIRouter(tags=["receipt links"])
@@ -244,7 +244,7 @@ def namespace_link_import(
     session: ReadSession,
     user: CurrentUser,
     action: Annotated[str, Form()],
-    csrf_token: Annotated[str | None, Form()] = None,
+    csrf_token: CsrfForm = None,
 ) -> Response:
     parts = _namespace_link_parts(request)
     if parts is None or parts[2]:
@@ -279,6 +279,6 @@ def private_link_import(
     session: ReadSession,
     user: CurrentUser,
     action: Annotated[str, Form()],
-    csrf_token: Annotated[str | None, Form()] = None,
+    csrf_token: CsrfForm = None,
 ) -> Response:
     return _import(request, session, LinkPage(None, token), user, action, csrf_token)

@@ -18,13 +18,15 @@ from kuitti.receipts.view import format_money
 from kuitti.users import service as users
 from kuitti.users.sessions import CurrentUser, RequireUser, redirect
 from kuitti.users.sessions import router as sessions_router
-from kuitti.web import SESSION_COOKIE, check_csrf, render
+from kuitti.web import SESSION_COOKIE, CsrfForm, check_csrf, render
 
 # The account page writes amounts the Finnish way with the currency code: "14,98 EUR".
 ACCOUNT_LOCALE = "fi"
 
 router = APIRouter(include_in_schema=False)
 router.include_router(sessions_router)
+
+PasswordForm = Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)]
 
 
 def message_page(
@@ -79,7 +81,7 @@ def resend_verification(
     services: ServicesDep,
     session: WriteSession,
     user: RequireUser,
-    csrf_token: Annotated[str | None, Form()] = None,
+    csrf_token: CsrfForm = None,
 ) -> Response:
     check_csrf(request, csrf_token)
     if user.email_verified_at is None:
@@ -102,7 +104,7 @@ def password_reset_request(
     services: ServicesDep,
     session: WriteSession,
     email: Annotated[str, Form(max_length=320)] = "",
-    csrf_token: Annotated[str | None, Form()] = None,
+    csrf_token: CsrfForm = None,
 ) -> Response:
     check_csrf(request, csrf_token)
     users.request_password_reset(session, services.settings, email, now=services.clock.now())
@@ -133,8 +135,8 @@ def new_password_submit(
     token: str,
     services: ServicesDep,
     session: WriteSession,
-    password: Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)] = "",
-    csrf_token: Annotated[str | None, Form()] = None,
+    password: PasswordForm = "",
+    csrf_token: CsrfForm = None,
 ) -> Response:
     check_csrf(request, csrf_token)
     try:
@@ -194,7 +196,7 @@ def remove_connection(
     services: ServicesDep,
     session: WriteSession,
     user: RequireUser,
-    csrf_token: Annotated[str | None, Form()] = None,
+    csrf_token: CsrfForm = None,
 ) -> Response:
     check_csrf(request, csrf_token)
     try:
@@ -228,8 +230,8 @@ def delete_account(
     services: ServicesDep,
     session: WriteSession,
     user: RequireUser,
-    password: Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)] = "",
-    csrf_token: Annotated[str | None, Form()] = None,
+    password: PasswordForm = "",
+    csrf_token: CsrfForm = None,
 ) -> Response:
     check_csrf(request, csrf_token)
     fresh = session.get(User, user.id)

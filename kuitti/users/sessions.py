@@ -26,6 +26,7 @@ from kuitti.models import User
 from kuitti.users import service as users
 from kuitti.web import (
     SESSION_COOKIE,
+    CsrfForm,
     check_csrf,
     render,
     renew_csrf_token,
@@ -244,7 +245,7 @@ def _submit_endpoint(default_action: str) -> Callable[..., Response]:
         password: Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)] = "",
         action: Annotated[str, Form()] = default_action,
         next: Annotated[str, Form()] = DEFAULT_NEXT,
-        csrf_token: Annotated[str | None, Form()] = None,
+        csrf_token: CsrfForm = None,
     ) -> Response:
         return _submit(
             request,
@@ -269,7 +270,7 @@ def logout(
     request: Request,
     session: WriteSession,
     next: Annotated[str, Form()] = "/login",
-    csrf_token: Annotated[str | None, Form()] = None,
+    csrf_token: CsrfForm = None,
 ) -> Response:
     check_csrf(request, csrf_token)
     users.end_session(session, request.cookies.get(SESSION_COOKIE))
