@@ -17,6 +17,7 @@ from kuitti.cards.service import check_card_request, enroll_card
 from kuitti.cards.settler import settle_due_matches
 from kuitti.clock import FrozenClock
 from kuitti.models import (
+    Card,
     Connection,
     PartnerRole,
     ReceiptDelivery,
@@ -81,8 +82,6 @@ class World:
         card_id: str = answer.json()["service_card_id"]
         holder = user or (self.user if link else None)
         if holder is not None:
-            from kuitti.models import Card
-
             with self.services.db.session() as session:
                 card = session.get(Card, uuid.UUID(card_id))
                 assert card is not None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 
+import orjson
+
 from kuitti.delivery.linkpage import LinkPage, _ViewCache
 from kuitti.delivery.ratelimit import RateLimiter
 from kuitti.i18n import Language
@@ -31,7 +33,6 @@ class TestRateLimiter:
 
 class TestViewCache:
     def test_least_recently_used_goes_first(self) -> None:
-        import orjson
 
         cache = _ViewCache(2)
         view = build_view(orjson.dumps(receipt_doc()).decode())
