@@ -195,10 +195,12 @@ def _import(
         return RedirectResponse(
             login_url(target.page_path(lang)), status_code=303, headers=LINK_HEADERS
         )
+    receipt_id, user_id = receipt.id, user.id
+    session.rollback()  # one connection at a time: the read's goes back before the write's
     with services.db.session() as write:
-        current = write.get(Receipt, receipt.id)
+        current = write.get(Receipt, receipt_id)
         assert current is not None
-        deliver_to_user(write, current, user.id, via="import", now=services.clock.now())
+        deliver_to_user(write, current, user_id, via="import", now=services.clock.now())
     back = target.page_path(lang, imported=True)
     return RedirectResponse(back, status_code=303, headers=LINK_HEADERS)
 
