@@ -46,8 +46,12 @@ def create_app(
     clock: Clock | None = None,
     run_worker_in_process: bool = False,
     listening: str | None = None,
+    processes: int = 1,
+    announce_ready: bool = True,
 ) -> FastAPI:
-    """The application; ``listening`` is the address ``kuitti serve`` bound, for the ready line."""
+    """The application. For the ready line: ``listening`` is the address ``kuitti serve`` bound,
+    ``processes`` how many server processes it started, and ``announce_ready`` whether this is
+    the one process of them that logs the line."""
     settings = settings or load_settings()
     configure_logging(settings.log_level, json=settings.log_json)
     db = db or Database(settings.resolved_database_url, pool_size=settings.db_pool_size)
@@ -60,12 +64,14 @@ def create_app(
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
         stop = asyncio.Event()
         worker = asyncio.create_task(run_worker(services, stop)) if run_worker_in_process else None
-        log.info(
-            "kuitti is ready",
-            listening=listening or "through its ASGI server",
-            database=db.label,
-            worker="in this process" if run_worker_in_process else "not in this process",
-        )
+        if announce_ready:
+            log.info(
+                "kuitti is ready",
+                listening=listening or "through its ASGI server",
+                database=db.label,
+                processes=processes,
+                worker=_worker_place(run_worker_in_process, processes),
+            )
         try:
             yield
         finally:
@@ -94,6 +100,14 @@ def create_app(
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _worker_place(run_worker_in_process: bool, processes: int) -> str:
+    if processes == 1:
+        return "in this process" if run_worker_in_process else "not in this process"
+    if run_worker_in_process:
+        return f"in each of the {processes} server processes"
+    return "not in the server processes"
 
 
 def _add_operations_routes(app: FastAPI, services: Services) -> None:

@@ -22,6 +22,11 @@ Serialisation: every evaluation runs under ``locks.acquire(session, "match", <me
 merchant ids, so everything one decision reads is under that one lock, and a receipt and its
 transaction arriving together are decided once. The unique constraints on ``card_matches``
 (``payment_id``, ``purchase_id``) are the last guard.
+
+Why one long module: after the pure rules (``rules``), the explanations (``explain``) and the
+notifications (``notifications``) moved out, what stays is one decision procedure that reads and
+writes under one lock; kept in one file so the serialisation argument above can be checked
+against all the code it covers.
 """
 
 from __future__ import annotations
@@ -47,7 +52,6 @@ from kuitti.cards.rules import (
     contest,
     fit,
     fit_json,
-    iso,
     judge,
     payment_times,
     pilot_fit,
@@ -55,6 +59,7 @@ from kuitti.cards.rules import (
     shows_pilot_digits,
     transaction_times,
 )
+from kuitti.clock import iso_utc
 from kuitti.config import Settings
 from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_DELAY
 from kuitti.models import Card, Receipt
@@ -131,7 +136,7 @@ def _record(
             "why": "pending",
             "detail": "Recorded with the receipt; the matching worker decides it after the "
             "receipt's commit.",
-            "checked_at": iso(now),
+            "checked_at": iso_utc(now),
         },
         created_at=now,
         updated_at=now,
@@ -147,7 +152,7 @@ def _record(
         record.reason = {
             "why": "unmatchable",
             "detail": f"The CARD payment lacks {' and '.join(missing)}, which matching needs.",
-            "checked_at": iso(now),
+            "checked_at": iso_utc(now),
         }
     return record
 
@@ -447,11 +452,11 @@ class Matcher:
     ) -> None:
         record.settle_at = settle_at
         CARD_MATCH_WAITS.labels(why).inc()
-        reason: dict[str, Any] = {"why": why, "detail": detail, "checked_at": iso(self.now)}
+        reason: dict[str, Any] = {"why": why, "detail": detail, "checked_at": iso_utc(self.now)}
         if fits:
             reason["candidates"] = [fit_json(f) for f in fits]
         if settle_at is not None:
-            reason["settle_at"] = iso(settle_at)
+            reason["settle_at"] = iso_utc(settle_at)
         if rivals:
             reason["rival_receipt_ids"] = rivals
         record.reason = reason
@@ -480,13 +485,13 @@ class Matcher:
         explanation = fit_json(chosen)
         explanation["delivered"] = delivered
         explanation["fits_considered"] = len(fits)
-        explanation["paid_at"] = iso(record.paid_at)
+        explanation["paid_at"] = iso_utc(record.paid_at)
         if chosen.purchase is not None:
             chosen.purchase.payment_id = record.id
             explanation["purchase_transaction_ids"] = sorted(
                 str(t.id) for t in self.purchase_transactions(chosen.purchase.id)
             )
-        record.reason = {"why": "matched", "checked_at": iso(self.now)}
+        record.reason = {"why": "matched", "checked_at": iso_utc(self.now)}
         match = CardMatch(
             id=uuid.uuid4(),
             payment_id=record.id,
@@ -548,7 +553,7 @@ def expire(record: CardPaymentRecord, now: datetime) -> None:
         "why": "expired",
         "detail": "Unmatched 7 days after the payment time: it left the matching set.",
         "last_reason": last_reason,
-        "checked_at": iso(now),
+        "checked_at": iso_utc(now),
     }
 
 

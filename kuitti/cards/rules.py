@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from kuitti.cards import pan
+from kuitti.clock import iso_utc
 from kuitti.models import Card
 from kuitti.models.cards import CardPaymentRecord, CardPurchase, CardTransaction, TransactionType
 
@@ -26,10 +27,6 @@ MATCHING_SET_LIFETIME = timedelta(days=7)
 K = TypeVar("K")
 P = TypeVar("P")
 C = TypeVar("C")
-
-
-def iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 # -- windows -----------------------------------------------------------------------------------
@@ -189,7 +186,7 @@ def fit_json(item: Fit) -> dict[str, Any]:
     if item.transaction is not None:
         out["transaction_id"] = str(item.transaction.id)
         out["transaction_type"] = item.transaction.transaction_type
-        out["transaction_time"] = iso(item.transaction.occurred_at)
+        out["transaction_time"] = iso_utc(item.transaction.occurred_at)
     if item.purchase is not None:
         out["purchase_id"] = str(item.purchase.id)
     return out

@@ -8,7 +8,7 @@ together or not at all.
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -19,6 +19,7 @@ from kuitti.cards import pan
 from kuitti.cards.matching import Matcher
 from kuitti.cards.rules import CLEARING_AFTER, CLEARING_BEFORE
 from kuitti.cards.schemas import CardRequest, TransactionRequest, parse_card_request
+from kuitti.clock import iso_utc
 from kuitti.config import Settings
 from kuitti.delivery.service import reading_connections
 from kuitti.errors import Conflict, ErrorDetail, InvalidRequest, NotFound
@@ -27,11 +28,6 @@ from kuitti.models import Card, Namespace, Partner
 from kuitti.models.cards import CardMatch, CardPurchase, CardTransaction, TransactionType
 from kuitti.webhooks.events import enqueue, notify_connection
 from kuitti.webhooks.payloads import CardAdded, CardAddedData, TransactionNotification
-
-
-def iso_utc(moment: datetime) -> str:
-    """``2028-12-31T23:59:59Z`` (whole seconds; fractions kept when present)."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def check_card_request(

@@ -14,6 +14,7 @@ from urllib.parse import quote, unquote
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
@@ -38,14 +39,21 @@ LINK_HEADERS = {"X-Robots-Tag": "noindex, nofollow", "Referrer-Policy": "no-refe
 LangQuery = Annotated[str | None, Query(description="fi, sv or en; else Accept-Language decides.")]
 
 
+class QrCode(BaseModel):
+    value: str
+    namespace: str
+    expires_at: str
+
+
 # -- dynamic QR codes -------------------------------------------------------------------------
 
 
 @router.post(
     "/api/v1/qr-codes/",
     summary="Get a short-lived DYNAMIC_QR_CODE value for the user of this connection",
+    response_model=None,  # the answer is documented, not re-validated
     responses={
-        200: {"description": '{"value", "namespace", "expires_at"}'},
+        200: {"model": QrCode, "description": '{"value", "namespace", "expires_at"}'},
         401: {"description": "Missing or invalid SERVICE_APIKEY or Bearer token."},
         403: {"description": "The application has no namespace."},
     },

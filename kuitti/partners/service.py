@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kuitti import security
+from kuitti.clock import iso_utc
 from kuitti.models import Namespace, Partner, PartnerRole
 
 NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}$")
@@ -234,7 +235,7 @@ def partner_summary(partner: Partner) -> dict[str, Any]:
         "public_client": partner.public_client,
         "iban": partner.iban,
         "bic": partner.bic,
-        "created_at": partner.created_at.isoformat(),
+        "created_at": iso_utc(partner.created_at),
         "disabled": partner.disabled_at is not None,
     }
 

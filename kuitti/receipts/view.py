@@ -9,6 +9,10 @@ one model, so they carry the same content. Formatting rules:
 - dates and times are shown in the receipt's own UTC offset (a 14:03 receipt says 14:03);
 - card numbers are shown masked only (at most the first six and last four digits);
 - a verification block never makes building the view fail: its result says what went wrong.
+
+Why one long module: it is one model covering every part a receipt can have (rows, discounts,
+journeys, attachments, verifications), each a small dataclass with its builder beside it; the
+page and the PDF must see all of it the same way.
 """
 
 from __future__ import annotations

@@ -242,6 +242,29 @@ class TestTransactions:
         assert answer.json()["error"] == code
 
 
+class TestRejectedBeforeTheWriteUnit:
+    """A refused body never waits for the database's writer: the write unit opens only once the
+    request is accepted (``kuitti/deps.py``)."""
+
+    @pytest.mark.parametrize(
+        ("path", "body"),
+        [
+            ("/api/v1/cards/", {**CARD, "masked_pan": FULL_PAN}),
+            ("/api/v1/card-transactions/", {"transaction_type": "refund"}),
+            ("/api/v1/cards/", b"{not json"),
+        ],
+    )
+    def test_while_another_transaction_holds_the_write_lock(
+        self, world: World, path: str, body: dict[str, object] | bytes
+    ) -> None:
+        content = body if isinstance(body, bytes) else orjson.dumps(body)
+        headers = {**auth(world.issuer.api_key), "Content-Type": "application/json"}
+        with world.services.db.session() as held:  # SQLite: BEGIN IMMEDIATE, the one writer
+            held.execute(text("UPDATE partners SET name = name"))
+            answer = world.client.post(path, content=content, headers=headers, timeout=10)
+        assert answer.status_code == 400, answer.text
+
+
 class TestCardForToken:
     def test_unique_partner_card_id_with_agreeing_pan(self, world: World) -> None:
         card = world.enroll()

@@ -5,6 +5,9 @@ shows exactly what the Finvoice carries: seller and buyer, the receipt details b
 VAT breakdown, totals, the payment status ("paid, payable 0,00") and, in the footer of every page,
 the seller's contact details and bank account, as Finnish invoices have them. The Finvoice XML is
 embedded in the PDF as ``finvoice.xml`` (PDF/A-3 ``Source``).
+
+Why one long module: one drawing method per invoice section, in page order; the toolkit
+itself is ``pdfkit``.
 """
 
 from __future__ import annotations

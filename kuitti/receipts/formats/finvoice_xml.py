@@ -15,6 +15,10 @@ The essentials:
 - the bytes are ISO-8859-15 (what Finnish banks require); characters outside Latin-9 (emoji,
   other scripts, typographic dashes) are written as numeric character references, so the
   document stays pure Latin-9 and still carries every character exactly.
+
+Why one long module: it follows the Finvoice XSD's sequence, one writer per section in the
+schema's order, so it can be checked against the schema from top to bottom; split, that order
+would be scattered over files.
 """
 
 from __future__ import annotations

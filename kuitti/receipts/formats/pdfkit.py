@@ -21,6 +21,9 @@ fails if an upgrade moves them, rather than letting the files change silently.
 
 Drawing is typed: a block holds ``DrawOp`` values (text, rule, rectangle, code) and
 ``_draw_page`` matches them exhaustively.
+
+Why one long module: it is the one toolkit both PDFs draw with (layout, typed drawing
+operations, PDF/A finishing), and its parts only make sense together.
 """
 
 from __future__ import annotations

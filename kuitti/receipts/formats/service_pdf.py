@@ -5,6 +5,9 @@ receipt (split into 200-inch pages only for very long receipts). Both carry ever
 receipt link page shows: merchant and branch, rows with discounts, custom attributes and journeys,
 totals, the VAT table, payments, free text, attachments as scannable codes, and the OCMF
 verification results. The receipt JSON is embedded as ``receipt.json`` (PDF/A-3 ``Data``).
+
+Why one long module: one drawing method per receipt section, in page order, for both
+layouts; the toolkit itself is ``pdfkit``.
 """
 
 from __future__ import annotations
