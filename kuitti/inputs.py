@@ -59,9 +59,9 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
-# An escape the quick path cannot vouch for: U+0000, half of a surrogate pair, or a colon (which
-# would spoil the count of keys in ``json_quickly``).
-_DOUBTFUL_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F]|003[aA])")
+# An escape the quick path cannot vouch for: U+0000, or a colon (which would spoil the count of
+# keys in ``json_quickly``). orjson itself refuses every lone surrogate.
+_DOUBTFUL_ESCAPE = re.compile(rb"\\u(?:0000|003[aA])")
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 # Every integer of at most 18 digits is within the signed 64-bit range.
 _NINETEEN_DIGITS = b"0" * 19
@@ -84,8 +84,9 @@ def json_quickly(body: bytes) -> object:
     Each check is exact or more cautious than the reference:
 
     - orjson refuses what the standard parser refuses (bad UTF-8, a byte order mark, ``NaN``,
-      control characters, a number too large for a float), and lone surrogates besides;
-    - NUL and surrogates reach a string only as ``\\u`` escapes, which are looked for;
+      control characters, a number too large for a float), and every lone surrogate besides,
+      escaped or not (it reads a pair as the standard parser does);
+    - U+0000 reaches a string only as a ``\\u0000`` escape, which is looked for;
     - integers agree below 19 digits, so a run of 19 digits anywhere is left to the reference;
     - orjson keeps the last of two equal keys, so the parsed value has fewer keys than the body:
       written back out, it has fewer colons. Colons in strings are the same on both sides (raw,
