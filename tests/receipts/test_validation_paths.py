@@ -175,6 +175,12 @@ EDGES: list[tuple[str, bytes, str | None]] = [
     ("NaN", receipt_with(b"NaN"), "malformed_json"),
     ("Infinity", receipt_with(b"-Infinity"), "malformed_json"),
     ("number too large for a float", receipt_with(b"1e400"), "invalid_value"),
+    ("float just beyond the largest", receipt_with(b"1.7976931348623159e308"), "invalid_value"),
+    (
+        "floats hard to round",
+        receipt_with(b"[9007199254740993.0,2.2250738585072011e-308,2.4703282292062328e-324]"),
+        None,
+    ),
     ("nesting at the limit", receipt_with(nested(MAX_JSON_DEPTH - 1)), None),
     ("nesting one deeper", receipt_with(nested(MAX_JSON_DEPTH)), "malformed_json"),
     ("nesting far deeper", receipt_with(nested(2000)), "malformed_json"),
@@ -200,7 +206,12 @@ def test_edges_get_the_same_answer_both_ways(body: bytes, error: str | None) -> 
 
 # Bodies the quick reading can serve: what makes them edges is looked after elsewhere (digits
 # spelt as escapes, by the scan for card numbers), or is within the limits.
-SERVED_QUICKLY = {"escapes spelling digits", "surrogate pair", "nesting at the limit"}
+SERVED_QUICKLY = {
+    "escapes spelling digits",
+    "surrogate pair",
+    "floats hard to round",
+    "nesting at the limit",
+}
 
 
 @pytest.mark.parametrize(("what", "body"), [e[:2] for e in EDGES], ids=[e[0] for e in EDGES])
