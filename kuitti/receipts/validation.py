@@ -162,11 +162,10 @@ def _may_hold_card_number(body: bytes) -> bool:
         and _ASCII_DIGIT_RUN.search(body) is not None
     ):
         return True
-    if b"\\u" in body:
-        for escape in _UNICODE_ESCAPE.finditer(body):
-            code = int(escape.group(1), 16)
-            if 0xD800 <= code <= 0xDFFF or _DIGIT_OR_SEPARATOR.match(chr(code)):
-                return True
+    for escape in _UNICODE_ESCAPE.finditer(body):
+        code = int(escape.group(1), 16)
+        if 0xD800 <= code <= 0xDFFF or _DIGIT_OR_SEPARATOR.match(chr(code)):
+            return True
     # Deleting the ASCII bytes of valid UTF-8 leaves whole characters.
     beyond_ascii = body.translate(None, _ASCII_BYTES).decode("utf-8")
     return any(char.isdecimal() for char in set(beyond_ascii))
