@@ -32,7 +32,7 @@ from ingest import realistic_receipt  # bench/ingest.py
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kuitti.inputs import parse_json, parse_json_fully  # noqa: E402
+from kuitti.inputs import UNSURE, json_quickly, parse_json, parse_json_fully  # noqa: E402
 from kuitti.receipts.schema import Receipt  # noqa: E402
 from kuitti.receipts.validation import (  # noqa: E402
     _card_numbers,
@@ -93,6 +93,8 @@ def report(title: str, bodies: list[bytes], repeat: int) -> None:
         reference_ms = cpu_ms(reference, bodies, repeat)
         print(f"{name:<36} {quick_ms:>9.3f} {reference_ms:>13.3f} {reference_ms / quick_ms:>5.1f}x")
     print(f"{'(orjson.loads alone)':<36} {cpu_ms(orjson.loads, bodies, repeat):>9.3f}")
+    served = sum(json_quickly(body) is not UNSURE for body in bodies)
+    print(f"bodies the quick JSON reading served: {served} of {len(bodies)}")
 
 
 def main() -> None:
