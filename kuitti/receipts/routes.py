@@ -12,7 +12,6 @@ from fastapi.responses import Response
 from kuitti.deps import Now, RawBody, ReadSession, ServicesDep
 from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, Unauthorized
 from kuitti.i18n import as_language, negotiate_locale
-from kuitti.inputs import parse_json
 from kuitti.models import Partner
 from kuitti.oauth.bearer import reading_connection
 from kuitti.partners.auth import MerchantPartner, ServiceApiKey, authenticate_partner, require_json
@@ -21,7 +20,7 @@ from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.formats.rendering import etag, render
 from kuitti.receipts.readers import Reader
-from kuitti.receipts.validation import canonical_hash, parse_receipt_request
+from kuitti.receipts.validation import parse_receipt_request
 from kuitti.responses import ORJSONResponse
 
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
@@ -91,7 +90,7 @@ def create_receipt(
     request = parse_receipt_request(body, attachments_enabled=partner.attachments_enabled)
     idempotency = None
     if idempotency_key:
-        idempotency = service.IdempotencyKey(idempotency_key, canonical_hash(parse_json(body)))
+        idempotency = service.IdempotencyKey(idempotency_key, request.body_hash)
     with services.db.session() as session:
         status, payload = service.create_receipt(
             session, services.settings, partner, request, now=now, idempotency=idempotency
