@@ -9,8 +9,7 @@ connections) and the issuers of the cards it matched. Whoever the purchase reach
 returns too (``kuitti.delivery.service``). A receipt of another merchant is never linked, and the
 answer is then the same as for one that does not exist.
 
-``relations`` gives what the renderings show: the original of a return, the returns of a
-purchase.
+What the renderings show of the relation is read by ``kuitti.receipts.relations``.
 """
 
 from __future__ import annotations
@@ -141,56 +140,3 @@ def _granting_cards(session: Session, original: Receipt) -> list[Card]:
             .order_by(ReceiptGrant.id)
         )
     )
-
-
-# -- what the renderings show ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RelatedReceipt:
-    receipt_id: uuid.UUID
-    number: str
-    timestamp: str  # receiptTimeStamp as posted (its own offset)
-
-
-@dataclass(frozen=True)
-class Relations:
-    """A return's original, and a purchase's returns (oldest first)."""
-
-    original: RelatedReceipt | None = None
-    returns: tuple[RelatedReceipt, ...] = ()
-
-
-NO_RELATIONS = Relations()
-
-
-def relations_key(receipt: Receipt) -> str:
-    """Changes whenever ``relations(receipt)`` does, read from the row alone (for ETags and
-    rendering caches): a return's original is fixed, and a purchase only gains returns."""
-    if receipt.original_receipt_id is None and not receipt.return_count:
-        return ""
-    return f"{receipt.original_receipt_id or ''}+{receipt.return_count}"
-
-
-def relations(session: Session, receipt: Receipt) -> Relations:
-    """The receipt's relations; no query for a receipt that has none (nearly all)."""
-    if receipt.original_receipt_id is None and not receipt.return_count:
-        return NO_RELATIONS
-    original = None
-    if receipt.original_receipt_id is not None:
-        original = _related(session.get(Receipt, receipt.original_receipt_id))
-    returns: tuple[RelatedReceipt, ...] = ()
-    if receipt.return_count:
-        rows = session.scalars(
-            select(Receipt)
-            .where(Receipt.original_receipt_id == receipt.id)
-            .order_by(Receipt.receipt_time, Receipt.id)
-        )
-        returns = tuple(r for row in rows if (r := _related(row)) is not None)
-    return Relations(original, returns)
-
-
-def _related(row: Receipt | None) -> RelatedReceipt | None:
-    if row is None:
-        return None
-    return RelatedReceipt(row.id, row.receipt_number, row.receipt_timestamp)

@@ -17,6 +17,7 @@ from kuitti.models import PartnerRole, Receipt
 from kuitti.services import Services
 from tests.cards.support import AUTH_CODE, World, make_world
 from tests.factories import auth, card_payment, make_partner, product_row, receipt_doc, token_body
+from tests.test_cli import run, run_json
 from tests.webhooks.receivers import Received, Receiver
 from tests.webhooks.support import add_connection, deliver, webhook_partner
 
@@ -350,3 +351,23 @@ class TestRefundCardLinking:
         assert world.matched_card(refund) is None
         assert world.why(refund) == "no_candidate"
         assert world.owners(refund) == {world.user.id}
+
+
+class TestExplain:
+    def test_kuitti_receipts_explain_shows_the_relation_both_ways(self, world: World) -> None:
+        original = posted(world, receipt_doc())["receipt_id"]
+        refund = posted(world, return_doc(originalReceiptId=original))["receipt_id"]
+        data = run_json(world.services, "receipts", "explain", refund)
+        assert data["original"] == {
+            "receipt_id": original,
+            "receipt_number": ORIGINAL_NUMBER,
+            "receipt_time": ORIGINAL_TIME,
+        }
+        assert data["returns"] == []
+        data = run_json(world.services, "receipts", "explain", original)
+        assert data["original"] is None
+        assert [r["receipt_id"] for r in data["returns"]] == [refund]
+        human = run(world.services, "receipts", "explain", original).output
+        assert f"returned by receipt {refund} (R-2026-0107, 2026-01-16T10:00:00+02:00)" in human
+        human = run(world.services, "receipts", "explain", refund).output
+        assert f"return of receipt {original} ({ORIGINAL_NUMBER}, {ORIGINAL_TIME})" in human
