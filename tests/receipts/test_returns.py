@@ -15,13 +15,15 @@ from sqlalchemy import func, select
 from kuitti.clock import FrozenClock
 from kuitti.models import PartnerRole, Receipt
 from kuitti.services import Services
-from tests.cards.support import AUTH_CODE, World, make_world
+from tests.cards.support import AUTH_CODE, MID, PAID_AT, World, iso, make_world, race
 from tests.factories import auth, card_payment, make_partner, product_row, receipt_doc, token_body
 from tests.test_cli import run, run_json
 from tests.webhooks.receivers import Received, Receiver
 from tests.webhooks.support import add_connection, deliver, webhook_partner
 
 URL = "/api/v1/receipts/"
+RACE_ROUNDS = 12
+RACE_ROUNDS = 12
 
 
 @pytest.fixture
@@ -371,3 +373,46 @@ class TestExplain:
         assert f"returned by receipt {refund} (R-2026-0107, 2026-01-16T10:00:00+02:00)" in human
         human = run(world.services, "receipts", "explain", refund).output
         assert f"return of receipt {original} ({ORIGINAL_NUMBER}, {ORIGINAL_TIME})" in human
+
+
+class TestRacingArrivals:
+    def test_a_return_and_its_purchases_match_arriving_together(self, world: World) -> None:
+        """The return's link and the transaction that delivers its purchase race on real
+        threads through the server: whichever commits second sees the other, every round."""
+        world.enroll()
+        url = world.client.base_url
+        with (
+            httpx.Client(base_url=url, timeout=30) as a,
+            httpx.Client(base_url=url, timeout=30) as b,
+        ):
+            for n in range(RACE_ROUNDS):
+                original, refund = self.race_once(world, a, b, f"C{n:05d}")
+                assert world.owners(original) == {world.user.id}, f"round {n}"
+                assert world.owners(refund) == {world.user.id}, f"round {n}"
+
+    @staticmethod
+    def race_once(world: World, a: httpx.Client, b: httpx.Client, code: str) -> tuple[str, str]:
+        doc = receipt_doc(receiptNumber=f"R-{code}")
+        doc["payments"][0]["attributes"]["authorizationCode"] = code
+        original = world.receipt(doc)  # it waits: no transaction yet
+        refund = return_doc(originalReceiptId=original)
+        txn = {
+            "partner_card_id": "card-1",
+            "transaction_type": "auth",
+            "amount": doc["totalPriceIncVAT"],
+            "currency": "EUR",
+            "timestamp": iso(PAID_AT),
+            "merchant_id": MID,
+            "merchant_name": "Kauppa",
+            "authorization_code": code,
+        }
+        refund_answer, txn_answer = race(
+            lambda: a.post(URL, json=refund, headers=auth(world.merchant.api_key)),
+            lambda: b.post(
+                "/api/v1/card-transactions/", json=txn, headers=auth(world.issuer.api_key)
+            ),
+        )
+        assert refund_answer.status_code == 200, refund_answer.text
+        assert txn_answer.status_code == 200, txn_answer.text
+        refund_id: str = refund_answer.json()["receipt_id"]
+        return original, refund_id
