@@ -4,10 +4,13 @@ Finvoice (a credit note valid against the official XSD), the link page and the a
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from sqlalchemy import select
 
+from kuitti.models import ReceiptDelivery
 from kuitti.services import Services
 from tests.factories import auth, make_user, product_row, receipt_doc, token_body
 from tests.oauth.flow import log_in
@@ -153,3 +156,24 @@ class TestPages:
         assert "Return of receipt R-2026-0001" in page.text
         assert "Returned on" in page.text
         assert "(receipt R-2026-0107)" in page.text
+
+
+class TestImport:
+    def test_importing_a_purchase_from_its_link_imports_its_returns(
+        self, client: httpx.Client, services: Services, who: Poster
+    ) -> None:
+        user = make_user(services, "maija@example.com")
+        original = client.post("/api/v1/receipts/", json=receipt_doc(), headers=auth(who.api_key))
+        refund = post(client, who, return_doc(original.json()["receipt_id"]))
+        log_in(client, "maija@example.com")
+        path = urlsplit(original.json()["receipt_web_url"]).path
+        client.get(path)
+        answer = client.post(
+            path, data={"action": "import", "csrf_token": client.cookies["kuitti_csrf"]}
+        )
+        assert answer.status_code == 303
+        with services.db.session(write=False) as session:
+            held = session.scalars(
+                select(ReceiptDelivery.receipt_id).where(ReceiptDelivery.user_id == user.id)
+            )
+            assert {str(r) for r in held} == {original.json()["receipt_id"], refund}
