@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-23 18:09:42.265858
+Create Date: 2026-11-23 18:33:50.383176
 """
 
 from collections.abc import Sequence
@@ -185,7 +185,11 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("receipts", schema=None) as batch_op:
         batch_op.create_index(
-            batch_op.f("ix_receipts_original_receipt_id"), ["original_receipt_id"], unique=False
+            "ix_receipts_original",
+            ["original_receipt_id"],
+            unique=False,
+            postgresql_where=sa.text("original_receipt_id IS NOT NULL"),
+            sqlite_where=sa.text("original_receipt_id IS NOT NULL"),
         )
         batch_op.create_index(
             "ix_receipts_partner_number",
@@ -712,7 +716,11 @@ def downgrade() -> None:
     op.drop_table("user_sessions")
     with op.batch_alter_table("receipts", schema=None) as batch_op:
         batch_op.drop_index("ix_receipts_partner_number")
-        batch_op.drop_index(batch_op.f("ix_receipts_original_receipt_id"))
+        batch_op.drop_index(
+            "ix_receipts_original",
+            postgresql_where=sa.text("original_receipt_id IS NOT NULL"),
+            sqlite_where=sa.text("original_receipt_id IS NOT NULL"),
+        )
 
     op.drop_table("receipts")
     with op.batch_alter_table("namespaces", schema=None) as batch_op:
