@@ -28,6 +28,7 @@ from kuitti.models import Connection, Partner, Receipt, User
 from kuitti.oauth.bearer import AppConnection
 from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.rendering import render
+from kuitti.receipts.relations import relations
 from kuitti.users.sessions import CurrentUser, login_url
 from kuitti.web import check_csrf
 from kuitti.web import render as render_page
@@ -169,7 +170,13 @@ def _show(
 def _pdf(session: Session, receipt: Receipt, language: str) -> Response:
     poster = session.get(Partner, receipt.partner_id)
     assert poster is not None
-    rendered = render(receipt, poster, DataFormat.SERVICE_PDF, locale=language)
+    rendered = render(
+        receipt,
+        poster,
+        DataFormat.SERVICE_PDF,
+        locale=language,
+        relations=relations(session, receipt),
+    )
     return Response(
         rendered.content,
         media_type=rendered.media_type,

@@ -122,7 +122,9 @@ class _Delivery:
         if user_id is None:
             return Status.UNMATCHED
         # False means the user already has it (another token reached them): still delivered.
-        deliver_to_user(self.session, self.receipt, user_id, via=via, now=self.now)
+        deliver_to_user(
+            self.session, self.receipt, user_id, via=via, now=self.now, follow_returns=False
+        )
         return Status.DELIVERED
 
     def _card(self, token: Token) -> Status:
@@ -131,7 +133,7 @@ class _Delivery:
         if card is None:
             return Status.UNMATCHED
         # The issuer may read receipts that reached its cards (docs/api.md, "List receipts").
-        grant_via_card(self.session, self.receipt, card)
+        grant_via_card(self.session, self.receipt, card, follow_returns=False)
         return self._to_user(card.user_id, "card_token")
 
     def _user_token(self, jwt: str) -> Status:

@@ -20,6 +20,7 @@ from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.formats.rendering import etag, render
 from kuitti.receipts.readers import Reader
+from kuitti.receipts.relations import relations
 from kuitti.receipts.validation import parse_receipt_request
 from kuitti.responses import ORJSONResponse
 
@@ -175,7 +176,9 @@ def get_receipt(
     }
     if if_none_match and _etag_matches(if_none_match, tag):
         return Response(status_code=304, headers=headers)
-    rendered = render(receipt, poster, fmt, layout=layout, locale=locale)
+    rendered = render(
+        receipt, poster, fmt, layout=layout, locale=locale, relations=relations(session, receipt)
+    )
     if rendered.media_type == "application/pdf":
         headers["Content-Disposition"] = f'inline; filename="{rendered.filename}"'
     return Response(rendered.content, media_type=rendered.media_type, headers=headers)

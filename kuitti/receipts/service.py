@@ -24,6 +24,7 @@ from kuitti.delivery.tokens import TokenStatus, deliver_tokens
 from kuitti.errors import Conflict, ErrorDetail, InvalidRequest
 from kuitti.models import IdempotencyRecord, Partner, Receipt, ReceiptGrant, ReceiptLink
 from kuitti.models.receipts import GrantReason
+from kuitti.receipts import returns
 from kuitti.receipts.readers import Reader, may_read
 from kuitti.receipts.validation import ReceiptRequest, Token, TokenType
 
@@ -35,14 +36,18 @@ class CreatedReceipt:
     tokens: list[TokenStatus]
     receipt_web_url: str
     replayed: bool = False
+    original: returns.OriginalOutcome | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "receipt_id": str(self.receipt_id),
             "receipt_links": self.receipt_links,
             "tokens": [{"type": t.type.value, "status": t.status} for t in self.tokens],
             "receipt_web_url": self.receipt_web_url,
         }
+        if self.original is not None:
+            body["original"] = self.original.as_json()
+        return body
 
 
 @dataclass(frozen=True)
@@ -175,6 +180,7 @@ def _resend_or_duplicate(
         tokens=[TokenStatus(TokenType(t["type"]), t["status"]) for t in original.token_statuses],
         receipt_web_url=links.private_link(settings, receipt_id),
         replayed=True,
+        original=returns.stored_outcome(original),
     )
 
 
@@ -220,6 +226,7 @@ def _store(
                 namespace=plan.token.namespace, identifier=plan.token.value, receipt_id=receipt.id
             )
         )
+    original = returns.link_return(session, partner, receipt, doc, now=now)
     statuses = deliver_tokens(session, settings, partner, receipt, doc, request.tokens, now=now)
     receipt.token_statuses = [{"type": t.type.value, "status": t.status} for t in statuses]
     record_card_payments(session, receipt, doc, now=now)
@@ -228,4 +235,5 @@ def _store(
         receipt_links=[p.url for p in plans],
         tokens=statuses,
         receipt_web_url=links.private_link(settings, receipt.id),
+        original=original,
     )

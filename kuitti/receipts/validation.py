@@ -438,6 +438,23 @@ def check_rules(
                     "is AC.",
                 )
             )
+    if receipt.originalReceiptId is not None and receipt.originalReceipt is not None:
+        errors.append(
+            ErrorDetail(
+                "invalid_value",
+                f"{at('originalReceipt')}: name the original once, by originalReceiptId or by "
+                "originalReceipt, not both.",
+            )
+        )
+    elif receipt.names_original and not receipt.is_return:
+        named = "originalReceiptId" if receipt.originalReceiptId is not None else "originalReceipt"
+        errors.append(
+            ErrorDetail(
+                "invalid_value",
+                f"{at(named)}: only a return names an original (type RETURN or "
+                "PURCHASE_AND_RETURN, or a row with a negative quantity or amount).",
+            )
+        )
     if receipt.attachments and not attachments_enabled:
         errors.append(
             ErrorDetail(

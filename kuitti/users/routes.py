@@ -13,8 +13,10 @@ from starlette.responses import Response
 from kuitti.clock import as_utc
 from kuitti.delivery.links import private_link
 from kuitti.deps import ReadSession, ServicesDep, WriteSession
+from kuitti.i18n import Language
 from kuitti.models import Connection, User
-from kuitti.receipts.view import format_money
+from kuitti.receipts.relations import relations
+from kuitti.receipts.view import format_money, relation_lines
 from kuitti.users import service as users
 from kuitti.users.sessions import CurrentUser, RequireUser, redirect
 from kuitti.users.sessions import router as sessions_router
@@ -175,6 +177,7 @@ def account_page(
             "receipt_time": as_utc(r.receipt_time),
             "total": format_money(r.total, r.currency, ACCOUNT_LOCALE, code=True),
             "link": private_link(settings, r.id),
+            "relations": relation_lines(relations(session, r), Language.EN),
         }
         for r in users.user_receipts(session, user.id)
     ]

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-23 16:39:08.203414
+Create Date: 2026-11-23 18:33:50.383176
 """
 
 from collections.abc import Sequence
@@ -171,13 +171,31 @@ def upgrade() -> None:
         sa.Column("currency", sa.String(length=3), nullable=False),
         sa.Column("token_statuses", sa.JSON(), nullable=False),
         sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("original_receipt_id", sa.Uuid(), nullable=True),
+        sa.Column("return_count", sa.Integer(), server_default="0", nullable=False),
+        sa.ForeignKeyConstraint(
+            ["original_receipt_id"],
+            ["receipts.id"],
+            name=op.f("fk_receipts_original_receipt_id_receipts"),
+        ),
         sa.ForeignKeyConstraint(
             ["partner_id"], ["partners.id"], name=op.f("fk_receipts_partner_id_partners")
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_receipts")),
     )
     with op.batch_alter_table("receipts", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_receipts_partner_id"), ["partner_id"], unique=False)
+        batch_op.create_index(
+            "ix_receipts_original",
+            ["original_receipt_id"],
+            unique=False,
+            postgresql_where=sa.text("original_receipt_id IS NOT NULL"),
+            sqlite_where=sa.text("original_receipt_id IS NOT NULL"),
+        )
+        batch_op.create_index(
+            "ix_receipts_partner_number",
+            ["partner_id", "receipt_number", "receipt_time"],
+            unique=False,
+        )
 
     op.create_table(
         "user_sessions",
@@ -697,7 +715,12 @@ def downgrade() -> None:
 
     op.drop_table("user_sessions")
     with op.batch_alter_table("receipts", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_receipts_partner_id"))
+        batch_op.drop_index("ix_receipts_partner_number")
+        batch_op.drop_index(
+            "ix_receipts_original",
+            postgresql_where=sa.text("original_receipt_id IS NOT NULL"),
+            sqlite_where=sa.text("original_receipt_id IS NOT NULL"),
+        )
 
     op.drop_table("receipts")
     with op.batch_alter_table("namespaces", schema=None) as batch_op:

@@ -179,6 +179,7 @@ class _Writer:
             if m.pos_id:
                 parts.append(f"{self.t('pos')} {m.pos_id}")
             details.append((" · ".join(parts), REGULAR, g.small, GREY))
+        details.extend((line, BOLD, g.small, ACCENT) for line in v.relations)
         if g.roll:
             for text, font, size, color in [*lines, ("", REGULAR, 4, GREY), *details]:
                 if text:
