@@ -59,6 +59,7 @@ _APP_FOR_USER: dict[str, list[str]] = {"ServiceApiKey": [], "Bearer": []}
 # Which schemes each operation accepts (any one entry of the list).
 SECURITY: dict[tuple[str, str], list[dict[str, list[str]]]] = {
     ("post", "/api/v1/receipts/"): [{"MerchantToken": []}],
+    ("post", "/api/v1/receipts/validate"): [{"MerchantToken": []}],
     ("get", "/api/v1/receipts/"): [{"PartnerKey": []}, _APP_FOR_USER],
     ("get", "/api/v1/receipts/{receipt_id}/{data_format}/"): [{"PartnerKey": []}, _APP_FOR_USER],
     ("post", "/api/v1/qr-codes/"): [_APP_FOR_USER],
@@ -119,6 +120,22 @@ class ReceiptCreated(BaseModel):
     receipt_links: list[str]
     tokens: list[TokenResult]
     receipt_web_url: str
+
+
+class ValidationWarning(BaseModel):
+    """An advisory rule's finding: the post would still be accepted."""
+
+    code: str
+    path: str
+    message: str
+
+
+class ReceiptValid(BaseModel):
+    """The dry run's answer when a post would be accepted (``valid`` is always true: a refused
+    body answers 400 with the post's errors)."""
+
+    valid: bool
+    warnings: list[ValidationWarning]
 
 
 class ReceiptSummary(BaseModel):
@@ -188,6 +205,7 @@ class CardTransactionRecorded(BaseModel):
 # format asked for).
 RESPONSE_MODELS: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/api/v1/receipts/"): ReceiptCreated,
+    ("post", "/api/v1/receipts/validate"): ReceiptValid,
     ("get", "/api/v1/receipts/"): ReceiptList,
     ("post", "/api/v1/qr-codes/"): QrCode,
     ("post", "/api/oauth/token"): AccessToken,

@@ -17,11 +17,12 @@ from kuitti.models import Partner
 from kuitti.oauth.bearer import reading_connection
 from kuitti.partners.auth import MerchantPartner, ServiceApiKey, authenticate_partner, require_json
 from kuitti.receipts import readers, service
+from kuitti.receipts.checks import check_body
 from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.formats.rendering import etag, render
 from kuitti.receipts.readers import Reader
-from kuitti.receipts.validation import canonical_hash, parse_receipt_request
+from kuitti.receipts.validation import canonical_hash
 from kuitti.responses import ORJSONResponse
 
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
@@ -88,7 +89,7 @@ def create_receipt(
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> ORJSONResponse:
     require_json(content_type)
-    request = parse_receipt_request(body, attachments_enabled=partner.attachments_enabled)
+    request = check_body(body, partner)
     idempotency = None
     if idempotency_key:
         idempotency = service.IdempotencyKey(idempotency_key, canonical_hash(parse_json(body)))
