@@ -1,6 +1,6 @@
 """Every check a receipt post makes before it stores anything, shared by the post itself
-(``service.create_receipt``) and the dry run (``POST /api/v1/receipts/validate``,
-``kuitti receipts validate``), so the two can never disagree about what is refused.
+(``service.create_receipt``) and the dry run (``dry_run``: ``POST /api/v1/receipts/validate``
+and ``kuitti receipts validate``), so the two can never disagree about what is refused.
 
 Two stages: ``check_body`` needs only the body and the partner's settings (it runs offline
 too); ``check_tokens`` needs the database (namespace ownership, RECEIPT_ID use). Then
@@ -131,6 +131,28 @@ def _unchanged_resend(
         )
     assert receipt_id is not None
     return receipt_id
+
+
+def dry_run(
+    body: bytes, partner: Partner, settings: Settings, session: Session | None
+) -> list[Warning]:
+    """Every check of a post of ``body`` by ``partner``, storing nothing and taking no lock:
+    the warnings, or ``InvalidRequest`` with the post's errors. Without a ``session`` (offline)
+    the database checks, namespace ownership and RECEIPT_ID use, are skipped."""
+    request = check_body(body, partner)
+    warnings = []
+    if session is not None:
+        checked = check_tokens(session, settings, partner, request, lock=False)
+        if checked.resend_of is not None:
+            warnings.append(
+                Warning(
+                    "unchanged_resend",
+                    "attributes.tokens",
+                    f"this receipt is already stored under its RECEIPT_ID ({checked.resend_of}); "
+                    "posting it again answers with that receipt and stores nothing new.",
+                )
+            )
+    return warnings + advisories(body, request)
 
 
 # -- advisories -------------------------------------------------------------------------------

@@ -15,13 +15,11 @@ from fastapi import APIRouter, Header
 
 from kuitti.deps import RawBody, ReadSession, ServicesDep
 from kuitti.partners.auth import MerchantPartner, require_json
-from kuitti.receipts.checks import Warning, advisories, check_body, check_tokens
+from kuitti.receipts.checks import dry_run
 from kuitti.receipts.routes import RECEIPT_BODY_SCHEMA
 from kuitti.responses import ORJSONResponse
 
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
-
-UNCHANGED_RESEND = "unchanged_resend"
 
 
 @router.post(
@@ -45,17 +43,5 @@ def validate_receipt(
     content_type: Annotated[str | None, Header()] = None,
 ) -> ORJSONResponse:
     require_json(content_type)
-    request = check_body(body, partner)
-    checked = check_tokens(session, services.settings, partner, request, lock=False)
-    warnings = advisories(body, request)
-    if checked.resend_of is not None:
-        warnings.insert(
-            0,
-            Warning(
-                UNCHANGED_RESEND,
-                "attributes.tokens",
-                f"this receipt is already stored under its RECEIPT_ID ({checked.resend_of}); "
-                "posting it again answers with that receipt and stores nothing new.",
-            ),
-        )
+    warnings = dry_run(body, partner, services.settings, session)
     return ORJSONResponse({"valid": True, "warnings": [w.as_json() for w in warnings]})

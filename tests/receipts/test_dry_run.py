@@ -9,9 +9,11 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from sqlalchemy import func, select, text
@@ -23,6 +25,7 @@ from tests.factories import auth, card_payment, make_partner, many_rows, receipt
 from tests.receipts.test_create import MALFORMED_JSON, MALFORMED_TOKENS, NOT_AN_OBJECT
 from tests.receipts.test_fuzz import mutated_bodies
 from tests.receipts.test_validation import SHAPE_CASES, attachment, mutated, verification
+from tests.test_cli import run
 
 POST = "/api/v1/receipts/"
 VALIDATE = "/api/v1/receipts/validate"
@@ -323,3 +326,79 @@ class TestWarnings:
         doc = receipt_doc([row, negative], payments=None)
         codes = [w["code"] for w in self.warnings(client, merchant.api_key, doc)]
         assert codes == ["negative_total", "negative_quantity"]
+
+
+class TestCommandLine:
+    """``kuitti receipts validate``: offline by default, database-backed with --partner."""
+
+    def files(self, tmp_path: Path, **bodies: Any) -> list[str]:
+        paths = []
+        for name, body in bodies.items():
+            path = tmp_path / f"{name}.json"
+            path.write_bytes(body if isinstance(body, bytes) else json.dumps(body).encode())
+            paths.append(str(path))
+        return paths
+
+    def test_offline_errors_and_warnings(self, services: Services, tmp_path: Path) -> None:
+        bad = receipt_doc()
+        bad["totalPriceIncVAT"] += 1
+        paths = self.files(tmp_path, good=_row(quantity="-1"), bad=bad, broken=b"{")
+        result = run(services, "receipts", "validate", *paths, "--json")
+        assert result.exit_code == 1
+        data = orjson.loads(result.stdout)
+        assert data["valid"] is False
+        assert data["database_checks"] is False
+        assert "namespace ownership" in data["skipped"][0]
+        good, worse, broken = data["files"]
+        assert good["valid"] is True
+        assert [w["code"] for w in good["warnings"]] == ["negative_quantity"]
+        assert {e["error"] for e in worse["errors"]} == {"inconsistent_totals"}
+        assert broken["errors"][0]["error"] == "malformed_json"
+
+    def test_offline_errors_are_the_posts(
+        self, client: httpx.Client, services: Services, tmp_path: Path
+    ) -> None:
+        merchant = make_partner(services)
+        cases = dict(list(corpus())[:12])
+        paths = self.files(tmp_path, **{f"case{i}": body for i, body in enumerate(cases.values())})
+        data = orjson.loads(run(services, "receipts", "validate", *paths, "--json").stdout)
+        for item, content in zip(data["files"], cases.values(), strict=True):
+            answer = post_raw(client, POST, merchant.api_key, content).json()
+            assert item["errors"] == (answer if isinstance(answer, list) else [answer])
+
+    def test_human_output_and_success(self, services: Services, tmp_path: Path) -> None:
+        paths = self.files(tmp_path, fine=receipt_doc())
+        result = run(services, "receipts", "validate", *paths)
+        assert result.exit_code == 0, result.output
+        assert f"{paths[0]}: valid" in result.stdout
+        assert "note: namespace ownership" in result.stdout
+
+    def test_with_a_partner_the_database_checks_run(
+        self, client: httpx.Client, services: Services, tmp_path: Path
+    ) -> None:
+        merchant = make_partner(services, namespaces=["kauppa"])
+        token = {"type": "RECEIPT_ID", "namespace": "kauppa", "value": "R-1"}
+        client.post(POST, json=token_body(receipt_doc(), token), headers=auth(merchant.api_key))
+        foreign = token_body(receipt_doc(), {**token, "namespace": "theirs"})
+        paths = self.files(tmp_path, resend=token_body(receipt_doc(), token), foreign=foreign)
+        offline = orjson.loads(run(services, "receipts", "validate", *paths, "--json").stdout)
+        assert offline["valid"] is True  # nothing to say without the database
+        result = run(
+            services, "receipts", "validate", *paths, "--partner", str(merchant.partner.id),
+            "--json",
+        )  # fmt: skip
+        assert result.exit_code == 1
+        data = orjson.loads(result.stdout)
+        assert data["database_checks"] is True
+        assert data["skipped"] == []
+        resend, refused = data["files"]
+        assert [w["code"] for w in resend["warnings"]] == ["unchanged_resend"]
+        assert refused["errors"][0]["error"] == "unknown_namespace"
+
+    def test_unknown_partner_or_missing_file(self, services: Services, tmp_path: Path) -> None:
+        paths = self.files(tmp_path, fine=receipt_doc())
+        result = run(services, "receipts", "validate", *paths, "--partner", "nope")
+        assert result.exit_code == 2
+        assert "no partner" in result.output
+        result = run(services, "receipts", "validate", str(tmp_path / "absent.json"))
+        assert result.exit_code == 2
