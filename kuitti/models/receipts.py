@@ -5,7 +5,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from kuitti.db import Base
@@ -19,6 +19,15 @@ class Receipt(Base):
     """
 
     __tablename__ = "receipts"
+    __table_args__ = (
+        # The sandbox clean-up's range: only sandbox receipts are in this index.
+        Index(
+            "ix_receipts_sandbox_created",
+            "created_at",
+            sqlite_where=text("sandbox"),
+            postgresql_where=text("sandbox"),
+        ),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
     partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), index=True)
@@ -34,6 +43,9 @@ class Receipt(Base):
     currency: Mapped[str] = mapped_column(String(3))
     token_statuses: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime]
+    # Posted by a sandbox partner: never delivered to a person, deleted after
+    # KUITTI_SANDBOX_RETENTION_DAYS (docs/sandbox.md).
+    sandbox: Mapped[bool] = mapped_column(default=False)
 
 
 class ReceiptLink(Base):

@@ -115,7 +115,7 @@ def _unchanged_resend(
     unchanged = (
         receipt_id is not None
         and all(p.existing_hash == document_hash for p in plans)
-        and may_read(session, Reader(partner.id), receipt_id)
+        and may_read(session, Reader(partner.id, sandbox=partner.sandbox), receipt_id)
     )
     if not unchanged:
         raise InvalidRequest(

@@ -1,5 +1,6 @@
 """``kuitti receipts …``: ``validate`` receipt files as a post would (offline by default, for a
-merchant's CI) and ``explain`` card-linking (defined with the cards).
+merchant's CI), ``purge-sandbox`` (delete expired sandbox receipts now) and ``explain``
+card-linking (defined with the cards).
 
 ``validate`` runs the dry run of ``POST /api/v1/receipts/validate`` on each file. Offline it
 needs no database and no server; namespace ownership and RECEIPT_ID use are then skipped, and
@@ -23,6 +24,7 @@ from kuitti.errors import InvalidRequest
 from kuitti.models import Partner, PartnerRole
 from kuitti.partners.service import PartnerInputError, get_partner
 from kuitti.receipts.checks import dry_run
+from kuitti.receipts.sandbox import purge_sandbox_receipts
 
 receipts_app = typer.Typer(
     help="Receipts: validate files offline, explain card-linking.", no_args_is_help=True
@@ -110,3 +112,14 @@ def _human(data: dict[str, Any]) -> str:
         lines += [f"  warning {w['code']} at {w['path']}: {w['message']}" for w in item["warnings"]]
     lines += [f"note: {note}" for note in data["skipped"]]
     return "\n".join(lines)
+
+
+@receipts_app.command("purge-sandbox")
+def purge_sandbox(as_json: JsonFlag = False) -> None:
+    """Delete sandbox receipts older than KUITTI_SANDBOX_RETENTION_DAYS now (the worker does it
+    every hour)."""
+    services = open_services()
+    deleted = purge_sandbox_receipts(services)
+    days = services.settings.sandbox_retention_days
+    data = {"deleted": deleted, "retention_days": days}
+    emit(data, as_json, f"deleted {deleted} sandbox receipt(s) older than {days} day(s)")

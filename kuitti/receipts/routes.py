@@ -42,9 +42,11 @@ def _reader(
             raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")
         token = authorization[7:].strip()
         connection = reading_connection(session, services.settings, app_key, token, now=now)
-        return Reader(partner_id=connection.partner_id, user_id=connection.user_id)
+        app = session.get(Partner, connection.partner_id)
+        sandbox = app is not None and app.sandbox
+        return Reader(partner_id=connection.partner_id, user_id=connection.user_id, sandbox=sandbox)
     partner = authenticate_partner(services, session, authorization or app_key)
-    return Reader(partner_id=partner.id)
+    return Reader(partner_id=partner.id, sandbox=partner.sandbox)
 
 
 ReceiptReader = Annotated[Reader, Depends(_reader)]

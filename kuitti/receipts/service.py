@@ -131,6 +131,7 @@ def _store(
         total=doc.totalPriceIncVAT,
         currency=doc.currencyISOCode,
         created_at=now,
+        sandbox=partner.sandbox,
     )
     session.add(receipt)
     # A new receipt has no grants yet: the poster's needs no existence check.

@@ -541,9 +541,15 @@ class _Writer:
 
 
 def render_finvoice_pdf(
-    xml: bytes, *, locale: str = "en", created: datetime, identity: str
+    xml: bytes,
+    *,
+    locale: str = "en",
+    created: datetime,
+    identity: str,
+    test_mark: bool = False,
 ) -> bytes:
-    """The Finvoice document ``xml`` as a PDF; ``created`` is the receipt's time."""
+    """The Finvoice document ``xml`` as a PDF; ``created`` is the receipt's time. ``test_mark``:
+    a sandbox receipt, marked TEST on every page (the XML itself is unchanged)."""
     data = parse_finvoice(xml)
     language = as_language(locale)
     writer = _Writer(data, language)
@@ -566,4 +572,6 @@ def render_finvoice_pdf(
             relationship="Source",
         )
     ]
-    return pdfkit.render_pages(flow, meta, embedded=embedded, decorate=writer.footer)
+    return pdfkit.render_pages(
+        flow, meta, embedded=embedded, decorate=writer.footer, test_mark=test_mark
+    )

@@ -149,6 +149,7 @@ def _render(
                 layout=layout,
                 document_json=_utf8(receipt.document),
                 identity=f"{receipt.id}/{fmt.value}/{layout.value}/{locale}",
+                test_mark=receipt.sandbox,
             )
             return Rendered(content, "application/pdf", name)
         case DataFormat.FINVOICE_XML:
@@ -160,6 +161,7 @@ def _render(
                 locale=locale,
                 created=_receipt_time(receipt),
                 identity=f"{receipt.id}/{fmt.value}/{locale}",
+                test_mark=receipt.sandbox,
             )
             return Rendered(content, "application/pdf", name)
         case _:
