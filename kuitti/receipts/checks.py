@@ -135,31 +135,31 @@ def _unchanged_resend(
 
 def dry_run(
     body: bytes, partner: Partner, settings: Settings, session: Session | None
-) -> list[Warning]:
+) -> list[Advisory]:
     """Every check of a post of ``body`` by ``partner``, storing nothing and taking no lock:
     the warnings, or ``InvalidRequest`` with the post's errors. Without a ``session`` (offline)
     the database checks, namespace ownership and RECEIPT_ID use, are skipped."""
     request = check_body(body, partner)
-    warnings = []
+    found: list[Advisory] = []
     if session is not None:
         checked = check_tokens(session, settings, partner, request, lock=False)
         if checked.resend_of is not None:
-            warnings.append(
-                Warning(
+            found.append(
+                Advisory(
                     "unchanged_resend",
                     "attributes.tokens",
                     f"this receipt is already stored under its RECEIPT_ID ({checked.resend_of}); "
                     "posting it again answers with that receipt and stores nothing new.",
                 )
             )
-    return warnings + advisories(body, request)
+    return found + advisories(body, request)
 
 
 # -- advisories -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Warning:
+class Advisory:
     """Allowed but probably a mistake; the shape is documented in docs/api.md."""
 
     code: str
@@ -170,17 +170,17 @@ class Warning:
         return {"code": self.code, "path": self.path, "message": self.message}
 
 
-def advisories(body: bytes, request: ReceiptRequest) -> list[Warning]:
+def advisories(body: bytes, request: ReceiptRequest) -> list[Advisory]:
     """The advisory rules for a body ``check_body`` accepted: what a till most likely did not
     mean, in document order. Paths are the body's own, as errors' are."""
     data = parse_json(body)
     token_form = isinstance(data, dict) and ("receipt" in data or "attributes" in data)
     prefix: tuple[str, ...] = ("receipt",) if token_form else ()
     doc = request.receipt
-    found: list[Warning] = []
+    found: list[Advisory] = []
 
     def warn(code: str, parts: tuple[str | int, ...], message: str) -> None:
-        found.append(Warning(code, json_path((*prefix, *parts)), message))
+        found.append(Advisory(code, json_path((*prefix, *parts)), message))
 
     purchase = doc.kind == "PURCHASE"
     if purchase and doc.totalPriceIncVAT < 0:
