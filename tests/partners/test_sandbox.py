@@ -114,6 +114,28 @@ class TestReading:
         listed = client.get(RECEIPTS, headers={"Authorization": test_merchant.api_key}).json()
         assert [r["receipt_id"] for r in listed["receipts"]] == [test_id]
 
+    def test_cards_across_the_line_are_404(self, client: httpx.Client, services: Services) -> None:
+        issuer = make_partner(services, PartnerRole.CARD_ISSUER, name="Issuer")
+        test_issuer = sandbox_partner(services, PartnerRole.CARD_ISSUER, name="Test Issuer")
+        real_card = enroll_card(services, issuer, "card-1")
+        test_card = enroll_card(services, test_issuer, "card-2")
+        for key, card_id in ((test_issuer.api_key, real_card), (issuer.api_key, test_card)):
+            response = client.delete(f"/api/v1/cards/{card_id}/", headers=auth(key))
+            assert response.status_code == 404
+            transaction = {
+                "service_card_id": str(card_id),
+                "transaction_type": "auth",
+                "amount": 100,
+                "currency": "EUR",
+                "timestamp": iso(PAID_AT),
+                "merchant_id": MID,
+                "merchant_name": "Kauppa",
+            }
+            response = client.post(
+                "/api/v1/card-transactions/", json=transaction, headers=auth(key)
+            )
+            assert response.status_code == 404
+
     def test_a_sandbox_app_never_reads_its_users_real_receipts(
         self, client: httpx.Client, services: Services
     ) -> None:
