@@ -407,3 +407,20 @@ class TestCommandLine:
         assert "no partner" in result.output
         result = run(services, "receipts", "validate", str(tmp_path / "absent.json"))
         assert result.exit_code == 2
+
+
+def test_described_in_openapi(client: httpx.Client, services: Services) -> None:
+    schema = client.get("/openapi.json").json()
+    operation = schema["paths"]["/api/v1/receipts/validate"]["post"]
+    body = operation["requestBody"]["content"]["application/json"]["schema"]
+    assert (
+        body
+        == schema["paths"]["/api/v1/receipts/"]["post"]["requestBody"]["content"][
+            "application/json"
+        ]["schema"]
+    )
+    answer = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer == {"$ref": "#/components/schemas/ReceiptValid"}
+    warning = schema["components"]["schemas"]["ValidationWarning"]
+    assert set(warning["required"]) == {"code", "path", "message"}
+    assert operation["security"] == [{"MerchantToken": []}]
