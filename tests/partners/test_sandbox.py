@@ -45,7 +45,7 @@ from tests.factories import auth, card_payment, make_partner, make_user, receipt
 from tests.receipts.formats.support import BIC, IBAN, assert_valid_finvoice
 from tests.test_cli import run, run_json
 from tests.webhooks.receivers import Receiver
-from tests.webhooks.support import deliver
+from tests.webhooks.support import WorkerThread, deliver, wait_until
 
 __all__ = ["smtp", "smtp_port"]  # the aiosmtpd fixtures, used here by name
 
@@ -499,6 +499,17 @@ class TestRetention:
             assert session.get(Receipt, uuid.UUID(real_id)) is not None
         # The link is free again for the next test run.
         post(client, test_merchant, body)
+
+    def test_the_worker_deletes_them(
+        self, client: httpx.Client, services: Services, clock: FrozenClock
+    ) -> None:
+        post(client, sandbox_partner(services), receipt_doc())
+        real_id = post(client, make_partner(services), receipt_doc())["receipt_id"]
+        clock.set(clock.now() + timedelta(days=8))
+        with WorkerThread(services):
+            wait_until(lambda: count(services, Receipt) == 1)
+        with services.db.session(write=False) as session:
+            assert session.get(Receipt, uuid.UUID(real_id)) is not None
 
     def test_the_command_and_the_setting(self, client: httpx.Client, services: Services) -> None:
         """The command runs on the system clock: receipts stamped by the tests' frozen clock
