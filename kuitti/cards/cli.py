@@ -1,5 +1,6 @@
 """``kuitti card …`` (enrol pilot cards, run the deferred re-check) and ``kuitti receipts
-explain`` (why a receipt's card payments matched, or why they wait)."""
+explain`` (why a receipt's card payments matched, or why they wait; listed in the
+``receipts`` group of ``kuitti/receipts/cli.py``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from kuitti.models import Partner, PartnerRole, Receipt
 from kuitti.receipts.relations import relations, relations_json
 
 card_app = typer.Typer(help="Cards: enrol pilot cards.", no_args_is_help=True)
-receipts_app = typer.Typer(help="Receipts: explain matching.", no_args_is_help=True)
 
 
 @card_app.command("enroll")
@@ -73,7 +73,6 @@ def settle() -> None:
     typer.echo(f"re-checked {count} waiting card payment(s)")
 
 
-@receipts_app.command("explain")
 def explain(
     receipt_id: Annotated[str, typer.Argument(help="The receipt id.")],
     as_json: JsonFlag = False,

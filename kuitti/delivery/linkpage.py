@@ -147,5 +147,7 @@ def page_context(
         "pdf_path": target.pdf_path(chosen),
         "user_email": user.email if user else None,
         "owned": owned,
+        # A sandbox receipt: marked TEST, and nobody may import it.
+        "sandbox": receipt.sandbox,
         "imported": imported and owned,
     }

@@ -201,7 +201,8 @@ def _import(
         return limited
     check_csrf(request, csrf)
     receipt = _find(request, session, target)
-    if receipt is None or action != "import":
+    if receipt is None or receipt.sandbox or action != "import":
+        # A sandbox receipt is nobody's: there is nothing to import (docs/sandbox.md).
         return _not_found(request, request.query_params.get("lang"))
     lang = request.query_params.get("lang")
     services = get_services(request)

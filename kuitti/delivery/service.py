@@ -2,7 +2,9 @@
 
 Every way a receipt reaches someone (a token, card-linking, an import from a link) ends here, so
 the rules hold everywhere: a user gets a receipt once; each of their active connections with
-``receipt:read`` may then read it and gets a ``receipt_notification``.
+``receipt:read`` may then read it and gets a ``receipt_notification``. A sandbox partner's
+receipt never reaches a person, and a sandbox partner's app never hears of a real receipt
+(docs/sandbox.md).
 
 A return linked to its purchase (``kuitti.receipts.returns``) follows the purchase: whoever the
 purchase reaches later, a user or a card's issuer, the purchase's returns reach too. The purchase
@@ -18,7 +20,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kuitti.models import Card, Connection, Receipt, ReceiptDelivery, ReceiptGrant
+from kuitti.models import Card, Connection, Partner, Receipt, ReceiptDelivery, ReceiptGrant
 from kuitti.models.receipts import GrantReason
 from kuitti.oauth.scopes import Scope
 from kuitti.webhooks.events import notify_connection
@@ -75,9 +77,9 @@ def deliver_to_user(
     follow_returns: bool = True,
 ) -> bool:
     """Make the receipt the user's and notify their reading connections. False if it already
-    was theirs (nothing is sent twice). ``follow_returns=False``: the receipt is being ingested,
-    so it has no returns yet."""
-    if session.get(ReceiptDelivery, (user_id, receipt.id)) is not None:
+    was theirs (nothing is sent twice), or the receipt is a sandbox one (never anyone's).
+    ``follow_returns=False``: the receipt is being ingested, so it has no returns yet."""
+    if receipt.sandbox or session.get(ReceiptDelivery, (user_id, receipt.id)) is not None:
         return False
     session.add(
         ReceiptDelivery(
@@ -133,9 +135,17 @@ def returns_of(session: Session, receipt: Receipt) -> list[Receipt]:
 
 
 def reading_connections(session: Session, user_id: uuid.UUID) -> list[Connection]:
+    """The user's active connections that may read receipts, to apps of production partners
+    only: a sandbox app may connect users (to try the OAuth flow) but never reads or hears of
+    their real receipts."""
     connections = session.scalars(
         select(Connection)
-        .where(Connection.user_id == user_id, Connection.revoked_at.is_(None))
+        .join(Partner, Partner.id == Connection.partner_id)
+        .where(
+            Connection.user_id == user_id,
+            Connection.revoked_at.is_(None),
+            Partner.sandbox.is_(False),
+        )
         .order_by(Connection.created_at)
     )
     return [c for c in connections if Scope.RECEIPT_READ.value in c.scopes]

@@ -33,6 +33,13 @@ class Receipt(Base):
             postgresql_where=text("original_receipt_id IS NOT NULL"),
             sqlite_where=text("original_receipt_id IS NOT NULL"),
         ),
+        # The sandbox clean-up's range: only sandbox receipts are in this index.
+        Index(
+            "ix_receipts_sandbox_created",
+            "created_at",
+            sqlite_where=text("sandbox"),
+            postgresql_where=text("sandbox"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
@@ -54,6 +61,9 @@ class Receipt(Base):
         ForeignKey("receipts.id"), default=None
     )
     return_count: Mapped[int] = mapped_column(default=0, server_default="0")
+    # Posted by a sandbox partner: never delivered to a person, deleted after
+    # KUITTI_SANDBOX_RETENTION_DAYS (docs/sandbox.md).
+    sandbox: Mapped[bool] = mapped_column(default=False)
 
 
 class ReceiptLink(Base):

@@ -558,9 +558,11 @@ def render_finvoice_pdf(
     created: datetime,
     identity: str,
     relations: tuple[str, ...] = (),
+    test_mark: bool = False,
 ) -> bytes:
     """The Finvoice document ``xml`` as a PDF; ``created`` is the receipt's time; ``relations``
-    the lines that relate a return and its purchase (``view.relation_lines``)."""
+    the lines that relate a return and its purchase (``view.relation_lines``). ``test_mark``:
+    a sandbox receipt, marked TEST on every page (the XML itself is unchanged)."""
     data = parse_finvoice(xml)
     language = as_language(locale)
     writer = _Writer(data, language, relations)
@@ -583,4 +585,6 @@ def render_finvoice_pdf(
             relationship="Source",
         )
     ]
-    return pdfkit.render_pages(flow, meta, embedded=embedded, decorate=writer.footer)
+    return pdfkit.render_pages(
+        flow, meta, embedded=embedded, decorate=writer.footer, test_mark=test_mark
+    )

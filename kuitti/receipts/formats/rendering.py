@@ -164,6 +164,7 @@ def _render(
                 layout=layout,
                 document_json=_utf8(receipt.document),
                 identity=f"{receipt.id}/{fmt.value}/{layout.value}/{locale}",
+                test_mark=receipt.sandbox,
             )
             return Rendered(content, "application/pdf", name)
         case DataFormat.FINVOICE_XML:
@@ -177,6 +178,7 @@ def _render(
                 created=_receipt_time(receipt),
                 identity=f"{receipt.id}/{fmt.value}/{locale}",
                 relations=relation_lines(relations, as_language(locale)),
+                test_mark=receipt.sandbox,
             )
             return Rendered(content, "application/pdf", name)
         case _:

@@ -576,8 +576,10 @@ def render_service_pdf(
     layout: Layout = Layout.A4,
     document_json: bytes,
     identity: str,
+    test_mark: bool = False,
 ) -> bytes:
-    """The receipt PDF for ``view``; ``document_json`` is embedded as ``receipt.json``."""
+    """The receipt PDF for ``view``; ``document_json`` is embedded as ``receipt.json``.
+    ``test_mark``: a sandbox receipt, marked TEST on every page."""
     flow = _Writer(view, layout).build()
     created = view.receipt_time
     meta = Metadata(
@@ -603,5 +605,10 @@ def render_service_pdf(
         return f"{title} · {view.label('page')} {number} / {total}"
 
     return pdfkit.render_pages(
-        flow, meta, embedded=embedded, footer=footer, fit_height=layout is Layout.ROLL
+        flow,
+        meta,
+        embedded=embedded,
+        footer=footer,
+        fit_height=layout is Layout.ROLL,
+        test_mark=test_mark,
     )
