@@ -29,6 +29,7 @@ from kuitti.middleware import RequestContextMiddleware
 from kuitti.oauth.routes import router as oauth_router
 from kuitti.openapi import add_docs, build_openapi
 from kuitti.paths import STATIC_DIR
+from kuitti.receipts.dry_run import router as dry_run_router
 from kuitti.receipts.routes import router as receipts_router
 from kuitti.responses import ORJSONResponse
 from kuitti.services import Services
@@ -36,7 +37,14 @@ from kuitti.users.routes import router as users_router
 from kuitti.web import render
 from kuitti.worker import run_worker
 
-ROUTERS = (receipts_router, delivery_router, oauth_router, users_router, cards_router)
+ROUTERS = (
+    receipts_router,
+    dry_run_router,
+    delivery_router,
+    oauth_router,
+    users_router,
+    cards_router,
+)
 
 
 def create_app(

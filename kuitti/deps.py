@@ -19,6 +19,11 @@ The unit-of-work rule, the same for every route and every auth dependency:
 
 Both commit before the response is sent (``scope="function"``), so a client never sees success
 for something that then fails to commit.
+
+A dependency that reads (authentication) hands its connection back before it returns
+(``release_connection``): FastAPI runs each sync dependency and the route in separate hops to a
+small threadpool (``KUITTI_THREADS``), and a request that kept a connection while it waited for
+a thread could deadlock against threads that wait for a connection.
 """
 
 from __future__ import annotations
@@ -61,6 +66,15 @@ async def _now(services: Annotated[Services, Depends(_services)]) -> datetime:
 async def _raw_body(request: Request) -> bytes:
     """The request body; the edge middleware has already held it to ``KUITTI_MAX_BODY_BYTES``."""
     return await request.body()
+
+
+def release_connection(session: Session, *rows: object | None) -> None:
+    """Detach ``rows`` (still readable, loaded attributes only) and return the session's
+    connection to the pool; the session reconnects if it is used again."""
+    for row in rows:
+        if row is not None:
+            session.expunge(row)
+    session.rollback()
 
 
 ServicesDep = Annotated[Services, Depends(_services)]

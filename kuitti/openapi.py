@@ -59,6 +59,7 @@ _APP_FOR_USER: dict[str, list[str]] = {"ServiceApiKey": [], "Bearer": []}
 # Which schemes each operation accepts (any one entry of the list).
 SECURITY: dict[tuple[str, str], list[dict[str, list[str]]]] = {
     ("post", "/api/v1/receipts/"): [{"MerchantToken": []}],
+    ("post", "/api/v1/receipts/validate"): [{"MerchantToken": []}],
     ("get", "/api/v1/receipts/"): [{"PartnerKey": []}, _APP_FOR_USER],
     ("get", "/api/v1/receipts/{receipt_id}/{data_format}/"): [{"PartnerKey": []}, _APP_FOR_USER],
     ("post", "/api/v1/qr-codes/"): [_APP_FOR_USER],
@@ -121,6 +122,22 @@ class ReceiptCreated(BaseModel):
     receipt_web_url: str
 
 
+class ValidationWarning(BaseModel):
+    """An advisory rule's finding: the post would still be accepted."""
+
+    code: str
+    path: str
+    message: str
+
+
+class ReceiptValid(BaseModel):
+    """The dry run's answer when a post would be accepted (``valid`` is always true: a refused
+    body answers 400 with the post's errors)."""
+
+    valid: bool
+    warnings: list[ValidationWarning]
+
+
 class ReceiptSummary(BaseModel):
     receipt_id: str
     merchant_name: str | None
@@ -141,6 +158,7 @@ class ReceiptList(BaseModel):
 # these wait for kuitti/receipts/routes.py to do the same.
 RESPONSE_MODELS: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/api/v1/receipts/"): ReceiptCreated,
+    ("post", "/api/v1/receipts/validate"): ReceiptValid,
     ("get", "/api/v1/receipts/"): ReceiptList,
 }
 

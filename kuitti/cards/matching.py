@@ -131,6 +131,7 @@ def _record(
         pan_last4=shown.last4 if shown is not None else None,
         authorization_code=(attrs.authorizationCode or None) if attrs is not None else None,
         reference_number=(attrs.referenceNumber or None) if attrs is not None else None,
+        sandbox=receipt.sandbox,
         settle_at=now,
         reason={
             "why": "pending",
@@ -229,6 +230,8 @@ class Matcher:
                     CardTransaction.occurred_at <= latest,
                     CardPurchase.payment_id.is_(None),
                     Card.deleted_at.is_(None),
+                    # Test receipts and test cards only ever meet each other.
+                    Card.sandbox.is_(record.sandbox),
                 )
             )
             if kind != "any":
@@ -266,6 +269,7 @@ class Matcher:
                 Card.pan_first6 == shown.leading[:6],
                 Card.pilot.is_(True),
                 Card.deleted_at.is_(None),
+                Card.sandbox.is_(record.sandbox),
             )
         )
         return [found for card in cards if (found := pilot_fit(record, card)) is not None]
@@ -462,8 +466,9 @@ class Matcher:
         record.reason = reason
 
     def _cards_with_pan(self, record: CardPaymentRecord) -> int:
-        """How many enrolled cards, of any partner, agree with the masked PAN the receipt shows
-        (it shows the first six: only asked for a pilot fit)."""
+        """How many enrolled cards, of any partner of the receipt's kind (sandbox or not), agree
+        with the masked PAN the receipt shows (it shows the first six: only asked for a pilot
+        fit)."""
         shown = shown_pan(record)
         if shown is None or not shows_pilot_digits(shown):
             return 0
@@ -472,6 +477,7 @@ class Matcher:
                 Card.pan_last4 == shown.last4,
                 Card.pan_first6 == shown.leading[:6],
                 Card.deleted_at.is_(None),
+                Card.sandbox.is_(record.sandbox),
             )
         )
         return sum(1 for card in cards if pan.agree(card_pan(card), shown))

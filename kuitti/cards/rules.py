@@ -102,8 +102,13 @@ def fit(
     ``auth_at``: the time of the purchase's auth, when it has one. It anchors the purchase in
     time: a payment that fits only the purchase's clearing (a tip, fuel, a code-less receipt)
     must still lie within the auth window of the auth. Without it, a stranger's receipt from
-    days before could take a clearing whose own receipt is still on its way."""
+    days before could take a clearing whose own receipt is still on its way.
+
+    A sandbox receipt's payment and a real card never fit, nor the reverse (docs/sandbox.md):
+    not even as rivals, so a test can never hold up a real match."""
     if card.deleted_at is not None or txn.merchant_id != record.merchant_id:
+        return None
+    if bool(card.sandbox) != bool(record.sandbox):  # None: an object not yet stored
         return None
     if txn.currency != record.currency:
         return None
@@ -149,6 +154,8 @@ def pilot_fit(record: CardPaymentRecord, card: Card) -> Fit | None:
     four digits and they agree."""
     shown = shown_pan(record)
     if not card.pilot or card.deleted_at is not None or not shows_pilot_digits(shown):
+        return None
+    if bool(card.sandbox) != bool(record.sandbox):  # None: an object not yet stored
         return None
     assert shown is not None
     if not pan.agree(card_pan(card), shown):

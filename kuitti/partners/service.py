@@ -50,6 +50,7 @@ class NewPartner:
             "client_id": p.client_id,
             "namespaces": p.namespace_names,
             "webhook_url": p.webhook_url,
+            "sandbox": p.sandbox,
         }
         if self.client_secret is not None:
             out["client_secret"] = self.client_secret
@@ -73,7 +74,10 @@ def create_partner(
     bic: str | None = None,
     public_client: bool = False,
     allow_insecure_webhooks: bool = False,
+    sandbox: bool = False,
 ) -> NewPartner:
+    """A new partner and its secrets. ``sandbox``: a test partner (docs/sandbox.md) whose keys
+    start ``kt_test_``; it stays one for life."""
     if not name.strip():
         raise PartnerInputError("name must not be empty")
     if not roles:
@@ -92,7 +96,7 @@ def create_partner(
     if iban is not None:
         iban = _check_iban(iban)
     is_app = PartnerRole.APP in roles
-    api_key = security.new_api_key()
+    api_key = security.new_api_key(sandbox=sandbox)
     client_secret = security.new_client_secret() if is_app and not public_client else None
     webhook_key = security.new_webhook_key() if webhook_url else None
     partner = Partner(
@@ -110,6 +114,7 @@ def create_partner(
         iban=iban,
         bic=bic.upper() if bic else None,
         created_at=now,
+        sandbox=sandbox,
     )
     session.add(partner)
     partner.namespaces = [
@@ -193,7 +198,7 @@ def rotate_secret(
     soon as the transaction commits: every check reads the stored digest or sealed key."""
     match kind:
         case SecretKind.API_KEY:
-            secret = security.new_api_key()
+            secret = security.new_api_key(sandbox=partner.sandbox)
             partner.api_key_hash = security.hash_secret(secret)
         case SecretKind.CLIENT_SECRET:
             if partner.client_id is None or partner.public_client:
@@ -237,6 +242,7 @@ def partner_summary(partner: Partner) -> dict[str, Any]:
         "bic": partner.bic,
         "created_at": iso_utc(partner.created_at),
         "disabled": partner.disabled_at is not None,
+        "sandbox": partner.sandbox,
     }
 
 

@@ -12,16 +12,16 @@ from fastapi.responses import Response
 from kuitti.deps import Now, RawBody, ReadSession, ServicesDep
 from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, Unauthorized
 from kuitti.i18n import as_language, negotiate_locale
-from kuitti.inputs import parse_json
 from kuitti.models import Partner
 from kuitti.oauth.bearer import reading_connection
 from kuitti.partners.auth import MerchantPartner, ServiceApiKey, authenticate_partner, require_json
 from kuitti.receipts import readers, service
+from kuitti.receipts.checks import check_body
 from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.formats.rendering import etag, render
 from kuitti.receipts.readers import Reader
-from kuitti.receipts.validation import canonical_hash, parse_receipt_request
+from kuitti.receipts.relations import relations
 from kuitti.responses import ORJSONResponse
 
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
@@ -41,9 +41,11 @@ def _reader(
             raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")
         token = authorization[7:].strip()
         connection = reading_connection(session, services.settings, app_key, token, now=now)
-        return Reader(partner_id=connection.partner_id, user_id=connection.user_id)
+        app = session.get(Partner, connection.partner_id)
+        sandbox = app is not None and app.sandbox
+        return Reader(partner_id=connection.partner_id, user_id=connection.user_id, sandbox=sandbox)
     partner = authenticate_partner(services, session, authorization or app_key)
-    return Reader(partner_id=partner.id)
+    return Reader(partner_id=partner.id, sandbox=partner.sandbox)
 
 
 ReceiptReader = Annotated[Reader, Depends(_reader)]
@@ -88,10 +90,10 @@ def create_receipt(
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> ORJSONResponse:
     require_json(content_type)
-    request = parse_receipt_request(body, attachments_enabled=partner.attachments_enabled)
+    request = check_body(body, partner)
     idempotency = None
     if idempotency_key:
-        idempotency = service.IdempotencyKey(idempotency_key, canonical_hash(parse_json(body)))
+        idempotency = service.IdempotencyKey(idempotency_key, request.body_hash)
     with services.db.session() as session:
         status, payload = service.create_receipt(
             session, services.settings, partner, request, now=now, idempotency=idempotency
@@ -176,7 +178,9 @@ def get_receipt(
     }
     if if_none_match and _etag_matches(if_none_match, tag):
         return Response(status_code=304, headers=headers)
-    rendered = render(receipt, poster, fmt, layout=layout, locale=locale)
+    rendered = render(
+        receipt, poster, fmt, layout=layout, locale=locale, relations=relations(session, receipt)
+    )
     if rendered.media_type == "application/pdf":
         headers["Content-Disposition"] = f'inline; filename="{rendered.filename}"'
     return Response(rendered.content, media_type=rendered.media_type, headers=headers)

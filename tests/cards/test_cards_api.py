@@ -269,13 +269,19 @@ class TestCardForToken:
     def test_unique_partner_card_id_with_agreeing_pan(self, world: World) -> None:
         card = world.enroll()
         with world.services.db.session(write=False) as session:
-            found = card_for_token(session, "card-1", "************1234", None)
+            found = card_for_token(session, "card-1", "************1234", None, sandbox=False)
             assert found is not None
             assert str(found.id) == card
-            assert card_for_token(session, "card-1", "************9999", None) is None
-            assert card_for_token(session, "card-1", "552211******1234", None) is None
-            assert card_for_token(session, "card-1", "****", None) is None
-            assert card_for_token(session, "card-2", "************1234", None) is None
+            assert (
+                card_for_token(session, "card-1", "************9999", None, sandbox=False) is None
+            )
+            assert (
+                card_for_token(session, "card-1", "552211******1234", None, sandbox=False) is None
+            )
+            assert card_for_token(session, "card-1", "****", None, sandbox=False) is None
+            assert (
+                card_for_token(session, "card-2", "************1234", None, sandbox=False) is None
+            )
 
     def test_the_namespace_names_the_issuer(self, world: World) -> None:
         bank = make_partner(
@@ -285,14 +291,21 @@ class TestCardForToken:
         other = world.enroll(issuer=bank)
         with world.services.db.session(write=False) as session:
             # Without a namespace the id is ambiguous across issuers.
-            assert card_for_token(session, "card-1", "415301******1234", None) is None
-            found = card_for_token(session, "card-1", "415301******1234", "toinen")
+            assert (
+                card_for_token(session, "card-1", "415301******1234", None, sandbox=False) is None
+            )
+            found = card_for_token(session, "card-1", "415301******1234", "toinen", sandbox=False)
             assert found is not None
             assert str(found.id) == other
-            assert card_for_token(session, "card-1", "415301******1234", "nobody") is None
+            assert (
+                card_for_token(session, "card-1", "415301******1234", "nobody", sandbox=False)
+                is None
+            )
 
     def test_deleted_cards_never_match(self, world: World) -> None:
         card = world.enroll()
         world.client.delete(f"/api/v1/cards/{card}/", headers=auth(world.issuer.api_key))
         with world.services.db.session(write=False) as session:
-            assert card_for_token(session, "card-1", "415301******1234", None) is None
+            assert (
+                card_for_token(session, "card-1", "415301******1234", None, sandbox=False) is None
+            )
