@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, assert_never
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, insert, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from kuitti.cards import pan, wakeups
@@ -56,8 +56,9 @@ from kuitti.cards.rules import (
     transaction_times,
 )
 from kuitti.config import Settings
+from kuitti.db import table
 from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_DELAY
-from kuitti.models import Card, Receipt
+from kuitti.models import Card
 from kuitti.models.cards import (
     CardMatch,
     CardPaymentRecord,
@@ -84,7 +85,7 @@ AFTER_WINDOW = "after the auth window closed, as the only fitting card"
 
 
 def record_card_payments(
-    session: Session, receipt: Receipt, document: ReceiptDocument, *, now: datetime
+    session: Session, receipt_id: uuid.UUID, document: ReceiptDocument, *, now: datetime
 ) -> None:
     """Record the receipt's CARD payments, due for matching at once, in the ingest transaction.
 
@@ -92,64 +93,78 @@ def record_card_payments(
     matches them in batches per merchant id (``settler.settle_due_matches``), so the receipt's
     answer never waits for card-linking and a crash after the commit loses nothing — a due
     payment stays due until a sweep decides it."""
-    payments = card_payments(document)
-    if not payments:
+    insert_card_payments(session, card_payment_rows(receipt_id, document, now=now))
+
+
+def insert_card_payments(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Insert payments of ``card_payment_rows`` (of any number of receipts) in one statement."""
+    if not rows:
         return
-    records = [_record(receipt, document, index, payment, now) for index, payment in payments]
-    session.add_all(records)
-    if any(r.status == PaymentStatus.WAITING for r in records):
+    session.execute(insert(table(CardPaymentRecord)), rows)
+    if any(row["status"] == PaymentStatus.WAITING.value for row in rows):
         wakeups.MATCHING.announce(session)
 
 
-def _record(
-    receipt: Receipt,
+def card_payment_rows(
+    receipt_id: uuid.UUID, document: ReceiptDocument, *, now: datetime
+) -> list[dict[str, Any]]:
+    """The rows recording a receipt's CARD payments (``insert_card_payments``)."""
+    return [
+        _row(receipt_id, document, index, payment, now)
+        for index, payment in card_payments(document)
+    ]
+
+
+def _row(
+    receipt_id: uuid.UUID,
     document: ReceiptDocument,
     index: int,
     payment: CardPayment,
     now: datetime,
-) -> CardPaymentRecord:
+) -> dict[str, Any]:
     attrs = payment.attributes
     stamp = attrs.timeStamp if attrs is not None and attrs.timeStamp else document.receiptTimeStamp
     paid_at = datetime.fromisoformat(stamp).astimezone(UTC)
     shown = pan.parse_shown(attrs.maskedPAN) if attrs is not None and attrs.maskedPAN else None
-    record = CardPaymentRecord(
-        id=uuid.uuid4(),
-        receipt_id=receipt.id,
-        payment_index=index,
-        status=PaymentStatus.WAITING.value,
-        merchant_id=(attrs.MID or None) if attrs is not None else None,
-        amount=payment.amount,
-        pre_authorized_amount=attrs.preAuthorizedAmount if attrs is not None else None,
-        currency=(attrs.currencyISOCode if attrs is not None else None) or document.currencyISOCode,
-        paid_at=paid_at,
-        masked_pan=shown.text if shown is not None else None,
-        pan_last4=shown.last4 if shown is not None else None,
-        authorization_code=(attrs.authorizationCode or None) if attrs is not None else None,
-        reference_number=(attrs.referenceNumber or None) if attrs is not None else None,
-        settle_at=now,
-        reason={
+    row: dict[str, Any] = {
+        "id": uuid.uuid4(),
+        "receipt_id": receipt_id,
+        "payment_index": index,
+        "status": PaymentStatus.WAITING.value,
+        "merchant_id": (attrs.MID or None) if attrs is not None else None,
+        "amount": payment.amount,
+        "pre_authorized_amount": attrs.preAuthorizedAmount if attrs is not None else None,
+        "currency": (attrs.currencyISOCode if attrs is not None else None)
+        or document.currencyISOCode,
+        "paid_at": paid_at,
+        "masked_pan": shown.text if shown is not None else None,
+        "pan_last4": shown.last4 if shown is not None else None,
+        "authorization_code": (attrs.authorizationCode or None) if attrs is not None else None,
+        "reference_number": (attrs.referenceNumber or None) if attrs is not None else None,
+        "settle_at": now,
+        "reason": {
             "why": "pending",
             "detail": "Recorded with the receipt; the matching worker decides it after the "
             "receipt's commit.",
             "checked_at": iso(now),
         },
-        created_at=now,
-        updated_at=now,
-    )
+        "created_at": now,
+        "updated_at": now,
+    }
     missing = []
-    if record.merchant_id is None:
+    if row["merchant_id"] is None:
         missing.append("MID")
-    if record.pan_last4 is None:
+    if row["pan_last4"] is None:
         missing.append("maskedPAN showing the last four digits")
     if missing:
-        record.status = PaymentStatus.UNMATCHABLE.value
-        record.settle_at = None
-        record.reason = {
+        row["status"] = PaymentStatus.UNMATCHABLE.value
+        row["settle_at"] = None
+        row["reason"] = {
             "why": "unmatchable",
             "detail": f"The CARD payment lacks {' and '.join(missing)}, which matching needs.",
             "checked_at": iso(now),
         }
-    return record
+    return row
 
 
 # -- the matcher -------------------------------------------------------------------------------
