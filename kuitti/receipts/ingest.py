@@ -59,6 +59,12 @@ class Ingest:
         self.key_holders = KeyHolderCache()
         self._waiting: list[tuple[Posting, asyncio.Future[Outcome]]] = []
         self._writer: asyncio.Task[None] | None = None
+        self._writing = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Postings waiting for the writer or being written now."""
+        return len(self._waiting) + self._writing
 
     async def post(
         self,
@@ -112,6 +118,7 @@ class Ingest:
         try:
             while self._waiting:
                 batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
+                self._writing = len(batch)
                 try:
                     outcomes = await anyio.to_thread.run_sync(
                         write_batch,
@@ -130,6 +137,7 @@ class Ingest:
                         future.set_result(outcome)
         finally:
             self._writer = None
+            self._writing = 0
 
 
 def _validated(

@@ -33,7 +33,7 @@ from kuitti.errors import Conflict, ErrorDetail, InvalidRequest, KuittiError
 from kuitti.metrics import RECEIPT_TOKENS
 from kuitti.models import IdempotencyRecord, Partner, Receipt, ReceiptGrant, ReceiptLink
 from kuitti.models.receipts import GrantReason
-from kuitti.partners.keys import KeyHolder
+from kuitti.partners.keys import KeyHolder, current_key_holders
 from kuitti.receipts.readers import Reader, may_read
 from kuitti.receipts.validation import ReceiptRequest, Token, TokenType
 
@@ -267,20 +267,11 @@ def create_receipts(session: Session, settings: Settings, postings: list[Posting
     A receipt's own errors (a duplicate RECEIPT_ID, an idempotency key reused) are its outcome
     and roll back only its savepoint; any other error propagates, and the caller rolls the whole
     batch back (``kuitti.receipts.ingest`` then writes each posting alone)."""
-    partners = {
-        p.api_key_hash: p
-        for p in session.scalars(
-            select(Partner).where(
-                Partner.api_key_hash.in_({p.holder.key_digest for p in postings}),
-                Partner.disabled_at.is_(None),
-            )
-        )
-    }
+    holders = current_key_holders(session, {p.holder.key_digest for p in postings})
     outcomes = [Outcome() for _ in postings]
     current: list[int] = []
     for index, posting in enumerate(postings):
-        partner = partners.get(posting.holder.key_digest)
-        if partner is None or KeyHolder.of(partner) != posting.holder:
+        if holders.get(posting.holder.key_digest) != posting.holder:
             outcomes[index].stale = True
         else:
             current.append(index)
@@ -292,10 +283,12 @@ def create_receipts(session: Session, settings: Settings, postings: list[Posting
         posting = postings[current[i]]
         try:
             with session.begin_nested():
+                partner = session.get(Partner, posting.holder.id)
+                assert partner is not None
                 outcomes[current[i]].answer = create_receipt(
                     session,
                     settings,
-                    partners[posting.holder.key_digest],
+                    partner,
                     posting.request,
                     now=posting.now,
                     idempotency=posting.idempotency,
