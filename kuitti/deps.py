@@ -19,6 +19,10 @@ The unit-of-work rule, the same for every route and every auth dependency:
 
 Both commit before the response is sent (``scope="function"``), so a client never sees success
 for something that then fails to commit.
+
+The receipt post uses none of these: it is the one route that must run at the speed of the
+machine, so it checks on the event loop and writes through the process's group-commit writer
+(``kuitti.receipts.ingest``), which also commits before anyone is answered.
 """
 
 from __future__ import annotations
