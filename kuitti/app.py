@@ -30,6 +30,7 @@ from kuitti.middleware import RequestContextMiddleware
 from kuitti.oauth.routes import router as oauth_router
 from kuitti.openapi import add_docs, build_openapi
 from kuitti.paths import STATIC_DIR
+from kuitti.receipts.dry_run import router as dry_run_router
 from kuitti.receipts.ingest import Ingest
 from kuitti.receipts.routes import router as receipts_router
 from kuitti.responses import ORJSONResponse
@@ -39,7 +40,14 @@ from kuitti.web import render
 from kuitti.worker import run_worker
 
 GC_YOUNG_THRESHOLD = 10_000
-ROUTERS = (receipts_router, delivery_router, oauth_router, users_router, cards_router)
+ROUTERS = (
+    receipts_router,
+    dry_run_router,
+    delivery_router,
+    oauth_router,
+    users_router,
+    cards_router,
+)
 
 
 def create_app(
@@ -49,8 +57,12 @@ def create_app(
     clock: Clock | None = None,
     run_worker_in_process: bool = False,
     listening: str | None = None,
+    processes: int = 1,
+    announce_ready: bool = True,
 ) -> FastAPI:
-    """The application; ``listening`` is the address ``kuitti serve`` bound, for the ready line."""
+    """The application. For the ready line: ``listening`` is the address ``kuitti serve`` bound,
+    ``processes`` how many server processes it started, and ``announce_ready`` whether this is
+    the one process of them that logs the line."""
     settings = settings or load_settings()
     configure_logging(settings.log_level, json=settings.log_json)
     db = db or Database(settings.resolved_database_url, pool_size=settings.db_pool_size)
@@ -64,12 +76,14 @@ def create_app(
         tune_garbage_collector()
         stop = asyncio.Event()
         worker = asyncio.create_task(run_worker(services, stop)) if run_worker_in_process else None
-        log.info(
-            "kuitti is ready",
-            listening=listening or "through its ASGI server",
-            database=db.label,
-            worker="in this process" if run_worker_in_process else "not in this process",
-        )
+        if announce_ready:
+            log.info(
+                "kuitti is ready",
+                listening=listening or "through its ASGI server",
+                database=db.label,
+                processes=processes,
+                worker=_worker_place(run_worker_in_process, processes),
+            )
         try:
             yield
         finally:
@@ -112,6 +126,14 @@ def tune_garbage_collector() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
+
+
+def _worker_place(run_worker_in_process: bool, processes: int) -> str:
+    if processes == 1:
+        return "in this process" if run_worker_in_process else "not in this process"
+    if run_worker_in_process:
+        return f"in each of the {processes} server processes"
+    return "not in the server processes"
 
 
 def _add_operations_routes(app: FastAPI, services: Services) -> None:

@@ -73,6 +73,7 @@ class KeyHolder:
     key_digest: str
     roles: frozenset[str]
     attachments_enabled: bool
+    sandbox: bool
     namespaces: frozenset[str]
 
     @classmethod
@@ -82,6 +83,7 @@ class KeyHolder:
             key_digest=partner.api_key_hash,
             roles=frozenset(partner.roles),
             attachments_enabled=partner.attachments_enabled,
+            sandbox=partner.sandbox,
             namespaces=frozenset(partner.namespace_names),
         )
 
@@ -93,9 +95,13 @@ def current_key_holders(session: Session, digests: set[str]) -> dict[str, KeyHol
     """The key holders of these digests as the database has them now (enabled partners only);
     two queries, without loading the partners through the ORM."""
     rows = session.execute(
-        select(Partner.id, Partner.api_key_hash, Partner.roles, Partner.attachments_enabled).where(
-            Partner.api_key_hash.in_(digests), Partner.disabled_at.is_(None)
-        )
+        select(
+            Partner.id,
+            Partner.api_key_hash,
+            Partner.roles,
+            Partner.attachments_enabled,
+            Partner.sandbox,
+        ).where(Partner.api_key_hash.in_(digests), Partner.disabled_at.is_(None))
     ).all()
     namespaces: dict[uuid.UUID, set[str]] = {row.id: set() for row in rows}
     if rows:
@@ -109,6 +115,7 @@ def current_key_holders(session: Session, digests: set[str]) -> dict[str, KeyHol
             key_digest=row.api_key_hash,
             roles=frozenset(row.roles),
             attachments_enabled=row.attachments_enabled,
+            sandbox=row.sandbox,
             namespaces=frozenset(namespaces[row.id]),
         )
         for row in rows

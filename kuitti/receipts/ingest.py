@@ -30,7 +30,6 @@ import anyio.to_thread
 from kuitti.config import Settings
 from kuitti.db import Database
 from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, Unauthorized
-from kuitti.inputs import parse_json
 from kuitti.logs import log
 from kuitti.models import PartnerRole
 from kuitti.partners.keys import (
@@ -42,8 +41,8 @@ from kuitti.partners.keys import (
     require_role,
 )
 from kuitti.partners.service import partner_by_key_digest
+from kuitti.receipts.checks import check_body
 from kuitti.receipts.service import IdempotencyKey, Outcome, Posting, create_receipts
-from kuitti.receipts.validation import canonical_hash, parse_receipt_request
 from kuitti.services import Services
 
 IDEMPOTENCY_KEY_MAX = 255
@@ -160,10 +159,10 @@ def _validated(
             ]
         )
     require_json(content_type)
-    request = parse_receipt_request(body, attachments_enabled=holder.attachments_enabled)
+    request = check_body(body, holder)
     idempotency = None
     if idempotency_key:
-        idempotency = IdempotencyKey(idempotency_key, canonical_hash(parse_json(body)))
+        idempotency = IdempotencyKey(idempotency_key, request.body_hash)
     return Posting(holder, request, now, idempotency)
 
 

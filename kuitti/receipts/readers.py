@@ -38,6 +38,9 @@ class Reader:
 
     partner_id: uuid.UUID
     user_id: uuid.UUID | None = None
+    # A sandbox partner's key or app: it reads sandbox receipts only, a production one never
+    # does (docs/sandbox.md); the other kind is 404 exactly as if it did not exist.
+    sandbox: bool = False
 
 
 def _grant_in_force() -> ColumnElement[bool]:
@@ -82,7 +85,7 @@ def may_read(session: Session, reader: Reader, receipt_id: uuid.UUID) -> bool:
 def readable_receipt(session: Session, reader: Reader, receipt_id: uuid.UUID) -> Receipt:
     """The receipt, if this reader may see it; otherwise 404 exactly as if it did not exist."""
     receipt = session.get(Receipt, receipt_id) if may_read(session, reader, receipt_id) else None
-    if receipt is None:
+    if receipt is None or receipt.sandbox is not reader.sandbox:
         raise NotFound()
     return receipt
 
@@ -130,6 +133,7 @@ def list_receipts(
             page_keys.c.receipt_time,
         )
         .join(page_keys, page_keys.c.receipt_id == Receipt.id)
+        .where(Receipt.sandbox.is_(reader.sandbox))
         .order_by(page_keys.c.receipt_time.desc(), page_keys.c.receipt_id.desc())
     )
     rows = session.execute(query).all()

@@ -21,6 +21,7 @@ from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.formats.rendering import etag, render
 from kuitti.receipts.ingest import IDEMPOTENCY_KEY_MAX, Ingest
 from kuitti.receipts.readers import Reader
+from kuitti.receipts.relations import relations
 from kuitti.responses import ORJSONResponse
 
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
@@ -40,14 +41,33 @@ def _reader(
             raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")
         token = authorization[7:].strip()
         connection = reading_connection(session, services.settings, app_key, token, now=now)
-        return Reader(partner_id=connection.partner_id, user_id=connection.user_id)
+        app = session.get(Partner, connection.partner_id)
+        sandbox = app is not None and app.sandbox
+        return Reader(partner_id=connection.partner_id, user_id=connection.user_id, sandbox=sandbox)
     partner = authenticate_partner(services, session, authorization or app_key)
-    return Reader(partner_id=partner.id)
+    return Reader(partner_id=partner.id, sandbox=partner.sandbox)
 
 
 ReceiptReader = Annotated[Reader, Depends(_reader)]
 
+RECEIPT_BODY_SCHEMA = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "oneOf": [
+                        {"$ref": "#/components/schemas/Receipt"},
+                        {"$ref": "#/components/schemas/TokenReceiptRequest"},
+                    ]
+                }
+            }
+        },
+    }
+}
+
 RECEIPT_POST_SCHEMA = {
+    **RECEIPT_BODY_SCHEMA,
     # The route reads its headers itself (to answer 401 before 400, as it always has); this is
     # the parameter FastAPI would have described.
     "parameters": [
@@ -61,19 +81,6 @@ RECEIPT_POST_SCHEMA = {
             },
         }
     ],
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "oneOf": [
-                        {"$ref": "#/components/schemas/Receipt"},
-                        {"$ref": "#/components/schemas/TokenReceiptRequest"},
-                    ]
-                }
-            }
-        },
-    },
 }
 
 
@@ -182,7 +189,9 @@ def get_receipt(
     }
     if if_none_match and _etag_matches(if_none_match, tag):
         return Response(status_code=304, headers=headers)
-    rendered = render(receipt, poster, fmt, layout=layout, locale=locale)
+    rendered = render(
+        receipt, poster, fmt, layout=layout, locale=locale, relations=relations(session, receipt)
+    )
     if rendered.media_type == "application/pdf":
         headers["Content-Disposition"] = f'inline; filename="{rendered.filename}"'
     return Response(rendered.content, media_type=rendered.media_type, headers=headers)

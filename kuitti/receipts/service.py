@@ -15,7 +15,7 @@ links, its deliveries and the outbox rows they cause commit together or not at a
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -29,13 +29,14 @@ from kuitti.config import Settings
 from kuitti.db import table
 from kuitti.delivery import links
 from kuitti.delivery.tokens import Status, TokenStatus, deliver_tokens
-from kuitti.errors import Conflict, ErrorDetail, InvalidRequest, KuittiError
+from kuitti.errors import Conflict, KuittiError
 from kuitti.metrics import RECEIPT_TOKENS
 from kuitti.models import IdempotencyRecord, Partner, Receipt, ReceiptGrant, ReceiptLink
 from kuitti.models.receipts import GrantReason
 from kuitti.partners.keys import KeyHolder, current_key_holders
-from kuitti.receipts.readers import Reader, may_read
-from kuitti.receipts.validation import ReceiptRequest, Token, TokenType
+from kuitti.receipts import returns
+from kuitti.receipts.checks import LinkPlan, TokenCheck, check_tokens
+from kuitti.receipts.validation import ReceiptRequest, TokenType
 
 
 @dataclass
@@ -45,14 +46,18 @@ class CreatedReceipt:
     tokens: list[TokenStatus]
     receipt_web_url: str
     replayed: bool = False
+    original: returns.OriginalOutcome | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "receipt_id": str(self.receipt_id),
             "receipt_links": self.receipt_links,
             "tokens": [{"type": t.type.value, "status": t.status} for t in self.tokens],
             "receipt_web_url": self.receipt_web_url,
         }
+        if self.original is not None:
+            body["original"] = self.original.as_json()
+        return body
 
 
 @dataclass(frozen=True)
@@ -81,14 +86,6 @@ class Outcome:
     stale: bool = False
 
 
-@dataclass
-class _LinkPlan:
-    token: Token
-    url: str
-    existing_receipt: uuid.UUID | None = None
-    existing_hash: str | None = field(default=None)
-
-
 def create_receipt(
     session: Session,
     settings: Settings,
@@ -113,13 +110,12 @@ def create_receipt(
                 )
             return record.status_code, orjson.loads(record.response_body)
 
-    document_hash = request.document_hash
-    plans = _plan_links(session, settings, partner, request.tokens)
-    existing = {p.existing_receipt for p in plans if p.existing_receipt is not None}
-    if existing:
-        result = _resend_or_duplicate(session, settings, partner, plans, document_hash)
+    # The same checks as the dry run (POST /api/v1/receipts/validate): see receipts/checks.py.
+    checked = check_tokens(session, settings, partner, request, lock=True)
+    if checked.resend_of is not None:
+        result = _replay(session, settings, checked)
     else:
-        result = _store(session, settings, partner, request, plans, document_hash, now=now)
+        result = _store(session, settings, partner, request, checked.plans, now=now)
     body = result.as_json()
     if idempotency is not None:
         session.add(
@@ -135,76 +131,18 @@ def create_receipt(
     return 200, body
 
 
-def _plan_links(
-    session: Session, settings: Settings, partner: Partner, tokens: list[Token]
-) -> list[_LinkPlan]:
-    """Check every RECEIPT_ID token (namespace ownership; uniqueness is settled by the caller)."""
-    owned = set(partner.namespace_names)
-    errors: list[ErrorDetail] = []
-    plans: list[_LinkPlan] = []
-    for index, token in enumerate(tokens):
-        if token.type is not TokenType.RECEIPT_ID:
-            continue
-        assert token.namespace is not None
-        if token.namespace not in owned:
-            errors.append(
-                ErrorDetail(
-                    "unknown_namespace",
-                    f"attributes.tokens[{index}].namespace: {token.namespace!r} is not one of "
-                    "your namespaces.",
-                )
-            )
-            continue
-        # Serialise writers of the same identifier; the primary key is the final guard.
-        locks.acquire(session, "receipt-link", token.namespace, token.value)
-        plan = _LinkPlan(token, links.namespace_link(settings, token.namespace, token.value))
-        link = session.get(ReceiptLink, (token.namespace, token.value))
-        if link is not None:
-            plan.existing_receipt = link.receipt_id
-            plan.existing_hash = session.scalar(
-                select(Receipt.document_hash).where(Receipt.id == link.receipt_id)
-            )
-        plans.append(plan)
-    if errors:
-        raise InvalidRequest(errors)
-    return plans
-
-
-def _resend_or_duplicate(
-    session: Session,
-    settings: Settings,
-    partner: Partner,
-    plans: list[_LinkPlan],
-    document_hash: str,
-) -> CreatedReceipt:
+def _replay(session: Session, settings: Settings, checked: TokenCheck) -> CreatedReceipt:
     """A POS resending an unchanged RECEIPT_ID receipt gets the original id back."""
-    originals = {p.existing_receipt for p in plans}
-    receipt_id = next(iter(originals)) if len(originals) == 1 else None
-    unchanged = (
-        receipt_id is not None
-        and all(p.existing_hash == document_hash for p in plans)
-        and may_read(session, Reader(partner.id), receipt_id)
-    )
-    if not unchanged:
-        errors = [
-            ErrorDetail(
-                "duplicate_receipt_id",
-                f"attributes.tokens: receipt identifier {p.token.value!r} is already used in "
-                f"namespace {p.token.namespace!r} by a different receipt.",
-            )
-            for p in plans
-            if p.existing_receipt is not None
-        ]
-        raise InvalidRequest(errors)
-    assert receipt_id is not None
-    original = session.get(Receipt, receipt_id)
+    assert checked.resend_of is not None
+    original = session.get(Receipt, checked.resend_of)
     assert original is not None
     return CreatedReceipt(
-        receipt_id=receipt_id,
-        receipt_links=[p.url for p in plans],
+        receipt_id=original.id,
+        receipt_links=[p.url for p in checked.plans],
         tokens=[TokenStatus(TokenType(t["type"]), t["status"]) for t in original.token_statuses],
-        receipt_web_url=links.private_link(settings, receipt_id),
+        receipt_web_url=links.private_link(settings, original.id),
         replayed=True,
+        original=returns.stored_outcome(original),
     )
 
 
@@ -213,8 +151,7 @@ def _store(
     settings: Settings,
     partner: Partner,
     request: ReceiptRequest,
-    plans: list[_LinkPlan],
-    document_hash: str,
+    plans: list[LinkPlan],
     *,
     now: datetime,
 ) -> CreatedReceipt:
@@ -223,7 +160,7 @@ def _store(
         id=uuid.uuid4(),
         partner_id=partner.id,
         document=orjson.dumps(request.document).decode(),
-        document_hash=document_hash,
+        document_hash=request.document_hash,
         receipt_number=doc.receiptNumber,
         receipt_time=doc.receipt_time,
         receipt_timestamp=doc.receiptTimeStamp,
@@ -231,6 +168,7 @@ def _store(
         total=doc.totalPriceIncVAT,
         currency=doc.currencyISOCode,
         created_at=now,
+        sandbox=partner.sandbox,
     )
     session.add(receipt)
     # A new receipt has no grants yet: the poster's needs no existence check.
@@ -250,14 +188,16 @@ def _store(
                 namespace=plan.token.namespace, identifier=plan.token.value, receipt_id=receipt.id
             )
         )
+    original = returns.link_return(session, partner, receipt, doc, now=now)
     statuses = deliver_tokens(session, settings, partner, receipt, doc, request.tokens, now=now)
     receipt.token_statuses = [{"type": t.type.value, "status": t.status} for t in statuses]
-    record_card_payments(session, receipt.id, doc, now=now)
+    record_card_payments(session, receipt, doc, now=now)
     return CreatedReceipt(
         receipt_id=receipt.id,
         receipt_links=[p.url for p in plans],
         tokens=statuses,
         receipt_web_url=links.private_link(settings, receipt.id),
+        original=original,
     )
 
 
@@ -308,8 +248,9 @@ def _receipt_ids(posting: Posting) -> list[tuple[str, str]]:
 
 def _sort_postings(session: Session, postings: list[Posting]) -> tuple[list[int], list[int]]:
     """Which postings can be stored together with plain inserts, and which need
-    ``create_receipt`` (other tokens, a foreign namespace, or an identifier or idempotency key
-    already used, in the database or by an earlier posting of the batch). Two queries at most."""
+    ``create_receipt`` (other tokens, a return naming its purchase, a foreign namespace, or an
+    identifier or idempotency key already used, in the database or by an earlier posting of the
+    batch). Two queries at most."""
     used_ids: set[tuple[Any, Any]] = _taken(
         session,
         ReceiptLink.namespace,
@@ -331,6 +272,7 @@ def _sort_postings(session: Session, postings: list[Posting]) -> tuple[list[int]
             all(t.type is TokenType.RECEIPT_ID for t in posting.request.tokens)
             and all(namespace in posting.holder.namespaces for namespace, _ in ids)
             and len(set(ids)) == len(ids)
+            and not posting.request.receipt.names_original
             and used_ids.isdisjoint(ids)
             and key not in used_keys
         )
@@ -388,6 +330,7 @@ def _store_together(
                 "currency": doc.currencyISOCode,
                 "token_statuses": [{"type": t.type.value, "status": t.status} for t in statuses],
                 "created_at": now,
+                "sandbox": posting.holder.sandbox,
             }
         )
         # A new receipt has no grants yet: the poster's needs no existence check.
@@ -400,7 +343,7 @@ def _store_together(
                 "reason": GrantReason.POSTED,
             }
         )
-        payments.extend(card_payment_rows(receipt_id, doc, now=now))
+        payments.extend(card_payment_rows(receipt_id, doc, sandbox=posting.holder.sandbox, now=now))
         receipt_links.extend(
             {"namespace": namespace, "identifier": identifier, "receipt_id": receipt_id}
             for namespace, identifier in ids

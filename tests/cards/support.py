@@ -3,7 +3,9 @@ that post cards, transactions and receipts through the real HTTP API."""
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -254,3 +256,21 @@ def two_card_payments(first: dict[str, Any], second: dict[str, Any]) -> dict[str
         card_payment(total - 500, **second),
     ]
     return doc
+
+
+def race(*calls: Callable[[], Any]) -> list[Any]:
+    """Run the calls on threads released together; their results in order."""
+    barrier = threading.Barrier(len(calls))
+    answers: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        answers[i] = calls[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert all(a is not None for a in answers)
+    return [a for a in answers if a is not None]

@@ -35,7 +35,7 @@ class TestViewCache:
 
         cache = _ViewCache(2)
         view = build_view(orjson.dumps(receipt_doc()).decode())
-        keys = [(uuid.uuid4(), Language.EN) for _ in range(3)]
+        keys = [(uuid.uuid4(), Language.EN, "") for _ in range(3)]
         cache.put(keys[0], (view, []))
         cache.put(keys[1], (view, []))
         assert cache.get(keys[0]) is not None  # now the most recent
