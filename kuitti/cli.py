@@ -51,7 +51,11 @@ COMMANDS = {
         "kuitti.webhooks.cli", "webhooks_app", "Webhook deliveries: list and replay."
     ),
     "keys": Command("kuitti.oauth.cli", "keys_app", "Token signing keys."),
-    "receipts": Command("kuitti.cards.cli", "receipts_app", "Receipts: explain matching."),
+    "receipts": Command(
+        "kuitti.receipts.cli",
+        "receipts_app",
+        "Receipts: validate files offline, explain card-linking.",
+    ),
 }
 
 

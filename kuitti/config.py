@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     link_rate_limit_per_minute: int = Field(
         120, gt=0, description="Receipt-link page views allowed per client IP and minute."
     )
+    sandbox_retention_days: int = Field(
+        7, gt=0, description="Days a sandbox partner's receipt is kept before it is deleted."
+    )
 
     @field_validator("webhook_retry_schedule", mode="before")
     @classmethod

@@ -146,7 +146,7 @@ def fill_demo(services: Services) -> str:
             *(f"#   {link}" for link in links),
             "",
             "# The first receipt in each format, read with the merchant's key:",
-            f'curl -fsS "{receipt_url}/service_json/" {read}',
+            f'curl -fsS -w "\\n" "{receipt_url}/service_json/" {read}',
             f'curl -fsS -o receipt.pdf "{receipt_url}/service_pdf/" {read}',
             f'curl -fsS -o finvoice.xml "{receipt_url}/finvoice_xml/" {read}',
             f'curl -fsS -o finvoice.pdf "{receipt_url}/finvoice_pdf/" {read}',

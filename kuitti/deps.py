@@ -19,6 +19,17 @@ The unit-of-work rule, the same for every route and every auth dependency:
 
 Both commit before the response is sent (``scope="function"``), so a client never sees success
 for something that then fails to commit.
+
+A dependency that reads (authentication) hands its connection back before it returns
+(``release_connection``): FastAPI runs each sync dependency and the route in separate hops to a
+small threadpool (``KUITTI_THREADS``), and a request that kept a connection while it waited for
+a thread could deadlock against threads that wait for a connection.
+
+The receipt post uses none of these: it is the one route that must run at the speed of the
+machine, so it checks on the event loop and writes through the process's group-commit writer
+(``kuitti.receipts.ingest``), which also commits before anyone is answered. The receipt reads
+(``GET /api/v1/receipts/…``) are async too: their key check and their read each run in one
+thread hop with a short read session of its own (``kuitti.receipts.routes``).
 """
 
 from __future__ import annotations
@@ -61,6 +72,15 @@ async def _now(services: Annotated[Services, Depends(_services)]) -> datetime:
 async def _raw_body(request: Request) -> bytes:
     """The request body; the edge middleware has already held it to ``KUITTI_MAX_BODY_BYTES``."""
     return await request.body()
+
+
+def release_connection(session: Session, *rows: object | None) -> None:
+    """Detach ``rows`` (still readable, loaded attributes only) and return the session's
+    connection to the pool; the session reconnects if it is used again."""
+    for row in rows:
+        if row is not None:
+            session.expunge(row)
+    session.rollback()
 
 
 ServicesDep = Annotated[Services, Depends(_services)]

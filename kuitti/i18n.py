@@ -42,6 +42,17 @@ _MESSAGES: dict[str, tuple[str, str, str]] = {
     "website": ("Verkkosivu", "Webbplats", "Website"),
     "page": ("Sivu", "Sida", "Page"),
     "download_pdf": ("Lataa PDF", "Ladda ner PDF", "Download PDF"),
+    # a return and its purchase ({number}: the other receipt's number, {date}: its time)
+    "return_of": (
+        "Palautus kuitista {number} ({date})",
+        "Retur av kvitto {number} ({date})",
+        "Return of receipt {number} ({date})",
+    ),
+    "returned_on": (
+        "Palautettu {date} (kuitti {number})",
+        "Returnerad {date} (kvitto {number})",
+        "Returned on {date} (receipt {number})",
+    ),
     # rows
     "products": ("Tuotteet", "Produkter", "Products"),
     "product": ("Tuote", "Produkt", "Product"),

@@ -8,6 +8,13 @@ Refused, anywhere in the body, known keys or not (see docs/security.md):
 - a string or key with U+0000 or a lone surrogate (``"\\ud800"``), an integer outside the signed
   64-bit range, a number too large for a float (``1e400``), an object with the same key twice:
   ``invalid_value`` naming the JSON path.
+
+Two ways to the same answer. ``parse_json_fully`` is the reference: the standard library's parser
+with a hook that sees every key, then a walk that names each problem's path. ``parse_json`` first
+tries orjson, several times cheaper, which cannot see a duplicated key and reads an integer
+beyond 64 bits as a float; it keeps orjson's result only when evidence from the bytes proves the
+two parsers agree and nothing is refused (see ``json_quickly``), and otherwise asks the reference.
+So it can only be more cautious than the reference, never answer differently.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import json
 import math
 import re
 from collections.abc import Iterable, Iterator
+
+import orjson
 
 from kuitti.errors import ErrorDetail, InvalidRequest
 
@@ -50,8 +59,58 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
+# An escape the quick path cannot vouch for: U+0000, or a colon (which would spoil the count of
+# keys in ``json_quickly``). orjson itself refuses every lone surrogate.
+_DOUBTFUL_ESCAPE = re.compile(rb"\\u(?:0000|003[aA])")
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+# Every integer of at most 18 digits is within the signed 64-bit range.
+_NINETEEN_DIGITS = b"0" * 19
+# orjson indents each value by two spaces per level of nesting.
+_TOO_DEEP_LINE = b"\n" + b" " * (2 * MAX_JSON_DEPTH)
+UNSURE = object()
+"""What ``json_quickly`` answers when only ``parse_json_fully`` can tell."""
+
+
 def parse_json(body: bytes) -> object:
-    """The body as JSON that can be stored exactly; ``InvalidRequest`` otherwise."""
+    """The body as JSON that can be stored exactly; ``InvalidRequest`` otherwise. The same
+    answer as ``parse_json_fully``, in a fraction of the time for the usual body."""
+    data = json_quickly(body)
+    return parse_json_fully(body) if data is UNSURE else data
+
+
+def json_quickly(body: bytes) -> object:
+    """orjson's reading of a body in which nothing is refused, or ``UNSURE``.
+
+    Each check is exact or more cautious than the reference:
+
+    - orjson refuses what the standard parser refuses (bad UTF-8, a byte order mark, ``NaN``,
+      control characters, a number too large for a float), and every lone surrogate besides,
+      escaped or not (it reads a pair as the standard parser does);
+    - U+0000 reaches a string only as a ``\\u0000`` escape, which is looked for;
+    - integers agree below 19 digits, so a run of 19 digits anywhere is left to the reference;
+    - orjson keeps the last of two equal keys, so the parsed value has fewer keys than the body:
+      written back out, it has fewer colons. Colons in strings are the same on both sides (raw,
+      since an escaped colon is left to the reference), and every key brings one colon;
+    - written back out with indentation, a value nested 64 levels deep starts a line with 128
+      spaces (strings hold no raw line breaks).
+    """
+    try:
+        data = orjson.loads(body)
+        indented = orjson.dumps(data, option=orjson.OPT_INDENT_2)
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return UNSURE
+    if (
+        _DOUBTFUL_ESCAPE.search(body) is not None
+        or _NINETEEN_DIGITS in body.translate(_DIGITS_AS_ZERO)
+        or body.count(b":") != indented.count(b":")
+        or _TOO_DEEP_LINE in indented
+    ):
+        return UNSURE
+    return data
+
+
+def parse_json_fully(body: bytes) -> object:
+    """``parse_json`` the reference way: every key seen, every problem named with its path."""
     try:
         text = body.decode("utf-8")
         data: object = json.loads(text, object_pairs_hook=_object, parse_constant=_refuse_constant)

@@ -16,6 +16,8 @@ from typing import Any
 import orjson
 import structlog
 
+from kuitti.clock import iso_utc
+
 REDACTED = "<redacted>"
 
 # Routes whose path carries a secret: a password-reset or e-mail verification token, or a
@@ -54,7 +56,7 @@ class JsonLogFormatter(logging.Formatter):
             "event": record.getMessage(),
             "logger": record.name,
             "level": record.levelname.lower(),
-            "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "timestamp": iso_utc(datetime.fromtimestamp(record.created, UTC)),
         }
         if record.exc_info:
             event["exception"] = self.formatException(record.exc_info)

@@ -18,13 +18,14 @@ import secrets
 from cryptography.fernet import Fernet, InvalidToken
 
 API_KEY_PREFIX = "kt_"
+SANDBOX_API_KEY_PREFIX = "kt_test_"  # a sandbox partner's key (docs/sandbox.md): visibly a test
 CLIENT_SECRET_PREFIX = "kcs_"  # noqa: S105  (a prefix, not a secret)
 CLIENT_ID_PREFIX = "kc_"
 WEBHOOK_KEY_PREFIX = "whsec_"
 
 
-def new_api_key() -> str:
-    return API_KEY_PREFIX + secrets.token_urlsafe(32)
+def new_api_key(*, sandbox: bool = False) -> str:
+    return (SANDBOX_API_KEY_PREFIX if sandbox else API_KEY_PREFIX) + secrets.token_urlsafe(32)
 
 
 def new_client_id() -> str:

@@ -7,12 +7,14 @@ preparing the service.
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import uvicorn
 
-from kuitti.asgi import LISTEN_ENV, RUN_WORKER_ENV
+from kuitti.asgi import LISTEN_ENV, PROCESSES_ENV, READY_CLAIM_ENV, RUN_WORKER_ENV
 from kuitti.cli_helpers import fail, open_database, open_services, settings_or_exit
 from kuitti.dbmigrate import upgrade
 from kuitti.demo import fill_demo
@@ -51,8 +53,11 @@ def serve(
         "server_header": False,
     }
     os.environ[LISTEN_ENV] = f"http://{host}:{port}"
+    os.environ[PROCESSES_ENV] = str(workers)
     if workers > 1:  # uvicorn's supervisor binds the socket and starts the processes
-        uvicorn.run("kuitti.asgi:app_from_environment", **options)
+        with tempfile.TemporaryDirectory(prefix="kuitti-serve-") as claims:
+            os.environ[READY_CLAIM_ENV] = str(Path(claims) / "ready-line")
+            uvicorn.run("kuitti.asgi:app_from_environment", **options)
         return
     config = uvicorn.Config("kuitti.asgi:app_from_environment", **options)
     try:

@@ -14,9 +14,9 @@ import base64
 import hashlib
 import hmac
 import secrets
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Form, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from starlette.responses import Response
@@ -77,6 +77,10 @@ def csrf_token(request: Request) -> str:
         renew_csrf_token(request, request.cookies.get(SESSION_COOKIE, ""))
         token = request.state.new_csrf_token
     return token
+
+
+CsrfForm = Annotated[str | None, Form()]
+"""The ``csrf_token`` field every form posts; the route checks it with ``check_csrf``."""
 
 
 def check_csrf(request: Request, submitted: str | None) -> None:

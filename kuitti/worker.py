@@ -20,11 +20,13 @@ import uvloop
 from kuitti.cards.settler import run_settler
 from kuitti.delivery.mail import send_due_mail
 from kuitti.logs import configure_logging, log
+from kuitti.receipts.sandbox import purge_sandbox_receipts
 from kuitti.services import Services
 from kuitti.webhooks.events import WEBHOOKS
 from kuitti.webhooks.worker import POLL_SECONDS, WallTime, run_webhooks
 
 MAIL_POLL_SECONDS = 1.0
+SANDBOX_PURGE_SECONDS = 3600.0
 
 
 def run_worker_process(services: Services, *, use_uvloop: bool = True) -> None:
@@ -55,7 +57,8 @@ async def run_worker(
     wall_time: WallTime = time.time,
     poll_seconds: float = POLL_SECONDS,
 ) -> None:
-    """Run until ``stop`` is set: webhooks, e-mail and the card-linking re-check side by side.
+    """Run until ``stop`` is set: webhooks, e-mail, the card-linking re-check and the sandbox
+    clean-up side by side.
 
     ``poll_seconds`` bounds how long a retry that fell due, or an event queued by another
     process without PostgreSQL's NOTIFY (SQLite), waits to be noticed."""
@@ -65,6 +68,7 @@ async def run_worker(
         steps.append(run_mail(services, stop))
     if settle:
         steps.append(run_settler(services, stop))
+    steps.append(run_sandbox_purge(services, stop))
     helpers = [asyncio.create_task(step) for step in steps]
     try:
         async with WEBHOOKS.watching(services.db) as wake:
@@ -85,3 +89,17 @@ async def run_mail(services: Services, stop: asyncio.Event) -> None:
             log.warning("mail worker round failed", error=f"{type(exc).__name__}: {exc}"[:300])
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), MAIL_POLL_SECONDS)
+
+
+async def run_sandbox_purge(services: Services, stop: asyncio.Event) -> None:
+    """Delete sandbox receipts past ``KUITTI_SANDBOX_RETENTION_DAYS`` at start and then every
+    ``SANDBOX_PURGE_SECONDS`` until ``stop`` is set."""
+    while not stop.is_set():
+        try:
+            deleted = await asyncio.to_thread(purge_sandbox_receipts, services)
+            if deleted:
+                log.info("sandbox receipts deleted", count=deleted)
+        except Exception as exc:  # database trouble: the next round retries
+            log.warning("sandbox purge failed", error=f"{type(exc).__name__}: {exc}"[:300])
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), SANDBOX_PURGE_SECONDS)

@@ -51,6 +51,7 @@ class TestPartnerCreate:
         )  # fmt: skip
         assert set(data) == {
             "partner_id", "name", "roles", "api_key", "client_id", "namespaces", "webhook_url",
+            "sandbox",
         }  # fmt: skip
         assert data["roles"] == ["merchant"]
         assert data["namespaces"] == ["kauppa", "kauppa-2"]

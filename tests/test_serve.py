@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -75,10 +76,45 @@ def test_embedded_default_on_sqlite(
         assert ready[0]["listening"] == url
         assert ready[0]["database"] == "sqlite:///var/kuitti.db"
         assert ready[0]["worker"] == "in this process"
+        assert ready[0]["processes"] == 1
         assert (tmp_path / "var" / "kuitti.db").exists()
         roundtrip(url, create_merchant(env, tmp_path))
     finally:
         stop(process)
+
+
+def metrics_requests_seen(url: str) -> int:
+    """How many ``/metrics`` requests the process answering this one had answered before."""
+    page = httpx.get(f"{url}/metrics").text  # a connection of its own: any process may answer
+    found = re.search(
+        r'^kuitti_http_requests_total\{[^}]*route="/metrics"[^}]*\} (\S+)$', page, re.M
+    )
+    return int(float(found.group(1))) if found else 0
+
+
+def test_several_processes_print_one_ready_line(
+    serve: tuple[str, dict[str, str], list[str]], tmp_path: Path
+) -> None:
+    url, env, args = serve
+    env["KUITTI_LOG_LEVEL"] = "INFO"
+    process, log = start([*args, "--workers", "2"], env, tmp_path)
+    try:
+        wait_ready(url, process, log)
+        # One process alone would have seen every earlier request; a smaller count means the
+        # other answered too, and a process answers only once its start-up (with any ready
+        # line) is done.
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        sent = 0
+        while metrics_requests_seen(url) == sent:
+            assert time.monotonic() < deadline, "the second server process never answered"
+            sent += 1
+    finally:
+        stop(process)
+    ready = [orjson.loads(line) for line in log.read_text().splitlines() if "is ready" in line]
+    assert len(ready) == 1, ready
+    assert ready[0]["listening"] == url
+    assert ready[0]["processes"] == 2
+    assert ready[0]["worker"] == "in each of the 2 server processes"
 
 
 @pytest.mark.postgres_only

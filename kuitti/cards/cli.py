@@ -1,5 +1,6 @@
 """``kuitti card …`` (enrol pilot cards, run the deferred re-check) and ``kuitti receipts
-explain`` (why a receipt's card payments matched, or why they wait)."""
+explain`` (why a receipt's card payments matched, or why they wait; listed in the
+``receipts`` group of ``kuitti/receipts/cli.py``)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from kuitti.cards.settler import settle_due_matches
 from kuitti.cli_helpers import JsonFlag, emit, fail, open_services
 from kuitti.errors import KuittiError
 from kuitti.models import Partner, PartnerRole, Receipt
+from kuitti.receipts.relations import relations, relations_json
 
 card_app = typer.Typer(help="Cards: enrol pilot cards.", no_args_is_help=True)
-receipts_app = typer.Typer(help="Receipts: explain matching.", no_args_is_help=True)
 
 
 @card_app.command("enroll")
@@ -72,13 +73,13 @@ def settle() -> None:
     typer.echo(f"re-checked {count} waiting card payment(s)")
 
 
-@receipts_app.command("explain")
 def explain(
     receipt_id: Annotated[str, typer.Argument(help="The receipt id.")],
     as_json: JsonFlag = False,
 ) -> None:
     """Why each CARD payment of a receipt matched (keys, window, transaction), or why it
-    waits (no candidate, which cards tied, the auth window)."""
+    waits (no candidate, which cards tied, the auth window); and a return's original or a
+    purchase's returns."""
 
     services = open_services()
     try:
@@ -87,9 +88,11 @@ def explain(
         except ValueError:
             fail("not a receipt id")
         with services.db.session(write=False) as session:
-            if session.get(Receipt, wanted) is None:
+            receipt = session.get(Receipt, wanted)
+            if receipt is None:
                 fail("no such receipt")
             data = explain_receipt(session, wanted, services.clock.now())
+            data.update(relations_json(relations(session, receipt)))
     finally:
         services.db.dispose()
     emit(data, as_json, _human(data))
@@ -99,6 +102,12 @@ def _human(data: dict[str, object]) -> str:
     payments = data["card_payments"]
     assert isinstance(payments, list)
     lines = [f"receipt {data['receipt_id']}"]
+    original = data.get("original")
+    if isinstance(original, dict):
+        lines.append(f"  return of receipt {_related(original)}")
+    returned = data.get("returns")
+    assert isinstance(returned, list)
+    lines.extend(f"  returned by receipt {_related(item)}" for item in returned)
     if not payments:
         lines.append("  no CARD payments: card-linking has nothing to match")
     for item in payments:
@@ -130,3 +139,7 @@ def _human(data: dict[str, object]) -> str:
             if reason.get("settle_at"):
                 lines.append(f"    re-checked at {reason['settle_at']}")
     return "\n".join(lines)
+
+
+def _related(item: dict[str, str]) -> str:
+    return f"{item['receipt_id']} ({item['receipt_number']}, {item['receipt_time']})"

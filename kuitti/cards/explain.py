@@ -9,7 +9,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kuitti.cards.rules import MATCHING_SET_LIFETIME, iso
+from kuitti.cards.rules import MATCHING_SET_LIFETIME
+from kuitti.clock import iso_utc
 from kuitti.models.cards import CardMatch, CardPaymentRecord, PaymentStatus
 
 
@@ -32,7 +33,7 @@ def explain_receipt(session: Session, receipt_id: uuid.UUID, now: datetime) -> d
             "amount": record.amount,
             "pre_authorized_amount": record.pre_authorized_amount,
             "currency": record.currency,
-            "paid_at": iso(record.paid_at),
+            "paid_at": iso_utc(record.paid_at),
             "masked_pan": record.masked_pan,
             "authorization_code": record.authorization_code,
             "reference_number": record.reference_number,
@@ -40,6 +41,6 @@ def explain_receipt(session: Session, receipt_id: uuid.UUID, now: datetime) -> d
         }
         match = session.scalar(select(CardMatch).where(CardMatch.payment_id == record.id))
         if match is not None:
-            item["match"] = {"matched_at": iso(match.matched_at), **match.explanation}
+            item["match"] = {"matched_at": iso_utc(match.matched_at), **match.explanation}
         payments.append(item)
     return {"receipt_id": str(receipt_id), "card_payments": payments}

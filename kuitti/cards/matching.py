@@ -22,6 +22,11 @@ Serialisation: every evaluation runs under ``locks.acquire(session, "match", <me
 merchant ids, so everything one decision reads is under that one lock, and a receipt and its
 transaction arriving together are decided once. The unique constraints on ``card_matches``
 (``payment_id``, ``purchase_id``) are the last guard.
+
+Why one long module: after the pure rules (``rules``), the explanations (``explain``) and the
+notifications (``notifications``) moved out, what stays is one decision procedure that reads and
+writes under one lock; kept in one file so the serialisation argument above can be checked
+against all the code it covers.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, assert_never
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, insert, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from kuitti.cards import pan, wakeups
@@ -47,7 +52,6 @@ from kuitti.cards.rules import (
     contest,
     fit,
     fit_json,
-    iso,
     judge,
     payment_times,
     pilot_fit,
@@ -55,7 +59,9 @@ from kuitti.cards.rules import (
     shows_pilot_digits,
     transaction_times,
 )
+from kuitti.clock import iso_utc
 from kuitti.config import Settings
+from kuitti.db import table
 from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_DELAY
 from kuitti.models import Card, Receipt
 from kuitti.models.cards import (
@@ -92,64 +98,81 @@ def record_card_payments(
     matches them in batches per merchant id (``settler.settle_due_matches``), so the receipt's
     answer never waits for card-linking and a crash after the commit loses nothing — a due
     payment stays due until a sweep decides it."""
-    payments = card_payments(document)
-    if not payments:
+    rows = card_payment_rows(receipt.id, document, sandbox=receipt.sandbox, now=now)
+    insert_card_payments(session, rows)
+
+
+def insert_card_payments(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Insert payments of ``card_payment_rows`` (of any number of receipts) in one statement."""
+    if not rows:
         return
-    records = [_record(receipt, document, index, payment, now) for index, payment in payments]
-    session.add_all(records)
-    if any(r.status == PaymentStatus.WAITING for r in records):
+    session.execute(insert(table(CardPaymentRecord)), rows)
+    if any(row["status"] == PaymentStatus.WAITING.value for row in rows):
         wakeups.MATCHING.announce(session)
 
 
-def _record(
-    receipt: Receipt,
+def card_payment_rows(
+    receipt_id: uuid.UUID, document: ReceiptDocument, *, sandbox: bool, now: datetime
+) -> list[dict[str, Any]]:
+    """The rows recording a receipt's CARD payments (``insert_card_payments``)."""
+    return [
+        _row(receipt_id, document, index, payment, sandbox, now)
+        for index, payment in card_payments(document)
+    ]
+
+
+def _row(
+    receipt_id: uuid.UUID,
     document: ReceiptDocument,
     index: int,
     payment: CardPayment,
+    sandbox: bool,
     now: datetime,
-) -> CardPaymentRecord:
+) -> dict[str, Any]:
     attrs = payment.attributes
     stamp = attrs.timeStamp if attrs is not None and attrs.timeStamp else document.receiptTimeStamp
     paid_at = datetime.fromisoformat(stamp).astimezone(UTC)
     shown = pan.parse_shown(attrs.maskedPAN) if attrs is not None and attrs.maskedPAN else None
-    record = CardPaymentRecord(
-        id=uuid.uuid4(),
-        receipt_id=receipt.id,
-        payment_index=index,
-        status=PaymentStatus.WAITING.value,
-        merchant_id=(attrs.MID or None) if attrs is not None else None,
-        amount=payment.amount,
-        pre_authorized_amount=attrs.preAuthorizedAmount if attrs is not None else None,
-        currency=(attrs.currencyISOCode if attrs is not None else None) or document.currencyISOCode,
-        paid_at=paid_at,
-        masked_pan=shown.text if shown is not None else None,
-        pan_last4=shown.last4 if shown is not None else None,
-        authorization_code=(attrs.authorizationCode or None) if attrs is not None else None,
-        reference_number=(attrs.referenceNumber or None) if attrs is not None else None,
-        settle_at=now,
-        reason={
+    row: dict[str, Any] = {
+        "id": uuid.uuid4(),
+        "receipt_id": receipt_id,
+        "payment_index": index,
+        "status": PaymentStatus.WAITING.value,
+        "merchant_id": (attrs.MID or None) if attrs is not None else None,
+        "amount": payment.amount,
+        "pre_authorized_amount": attrs.preAuthorizedAmount if attrs is not None else None,
+        "currency": (attrs.currencyISOCode if attrs is not None else None)
+        or document.currencyISOCode,
+        "paid_at": paid_at,
+        "masked_pan": shown.text if shown is not None else None,
+        "pan_last4": shown.last4 if shown is not None else None,
+        "authorization_code": (attrs.authorizationCode or None) if attrs is not None else None,
+        "reference_number": (attrs.referenceNumber or None) if attrs is not None else None,
+        "sandbox": sandbox,
+        "settle_at": now,
+        "reason": {
             "why": "pending",
             "detail": "Recorded with the receipt; the matching worker decides it after the "
             "receipt's commit.",
-            "checked_at": iso(now),
+            "checked_at": iso_utc(now),
         },
-        created_at=now,
-        updated_at=now,
-    )
+        "created_at": now,
+        "updated_at": now,
+    }
     missing = []
-    if record.merchant_id is None:
+    if row["merchant_id"] is None:
         missing.append("MID")
-    if record.pan_last4 is None:
+    if row["pan_last4"] is None:
         missing.append("maskedPAN showing the last four digits")
     if missing:
-        record.status = PaymentStatus.UNMATCHABLE.value
-        record.settle_at = None
-        record.reason = {
+        row["status"] = PaymentStatus.UNMATCHABLE.value
+        row["settle_at"] = None
+        row["reason"] = {
             "why": "unmatchable",
             "detail": f"The CARD payment lacks {' and '.join(missing)}, which matching needs.",
-            "checked_at": iso(now),
+            "checked_at": iso_utc(now),
         }
-    return record
+    return row
 
 
 # -- the matcher -------------------------------------------------------------------------------
@@ -224,6 +247,8 @@ class Matcher:
                     CardTransaction.occurred_at <= latest,
                     CardPurchase.payment_id.is_(None),
                     Card.deleted_at.is_(None),
+                    # Test receipts and test cards only ever meet each other.
+                    Card.sandbox.is_(record.sandbox),
                 )
             )
             if kind != "any":
@@ -261,6 +286,7 @@ class Matcher:
                 Card.pan_first6 == shown.leading[:6],
                 Card.pilot.is_(True),
                 Card.deleted_at.is_(None),
+                Card.sandbox.is_(record.sandbox),
             )
         )
         return [found for card in cards if (found := pilot_fit(record, card)) is not None]
@@ -447,18 +473,19 @@ class Matcher:
     ) -> None:
         record.settle_at = settle_at
         CARD_MATCH_WAITS.labels(why).inc()
-        reason: dict[str, Any] = {"why": why, "detail": detail, "checked_at": iso(self.now)}
+        reason: dict[str, Any] = {"why": why, "detail": detail, "checked_at": iso_utc(self.now)}
         if fits:
             reason["candidates"] = [fit_json(f) for f in fits]
         if settle_at is not None:
-            reason["settle_at"] = iso(settle_at)
+            reason["settle_at"] = iso_utc(settle_at)
         if rivals:
             reason["rival_receipt_ids"] = rivals
         record.reason = reason
 
     def _cards_with_pan(self, record: CardPaymentRecord) -> int:
-        """How many enrolled cards, of any partner, agree with the masked PAN the receipt shows
-        (it shows the first six: only asked for a pilot fit)."""
+        """How many enrolled cards, of any partner of the receipt's kind (sandbox or not), agree
+        with the masked PAN the receipt shows (it shows the first six: only asked for a pilot
+        fit)."""
         shown = shown_pan(record)
         if shown is None or not shows_pilot_digits(shown):
             return 0
@@ -467,6 +494,7 @@ class Matcher:
                 Card.pan_last4 == shown.last4,
                 Card.pan_first6 == shown.leading[:6],
                 Card.deleted_at.is_(None),
+                Card.sandbox.is_(record.sandbox),
             )
         )
         return sum(1 for card in cards if pan.agree(card_pan(card), shown))
@@ -480,13 +508,13 @@ class Matcher:
         explanation = fit_json(chosen)
         explanation["delivered"] = delivered
         explanation["fits_considered"] = len(fits)
-        explanation["paid_at"] = iso(record.paid_at)
+        explanation["paid_at"] = iso_utc(record.paid_at)
         if chosen.purchase is not None:
             chosen.purchase.payment_id = record.id
             explanation["purchase_transaction_ids"] = sorted(
                 str(t.id) for t in self.purchase_transactions(chosen.purchase.id)
             )
-        record.reason = {"why": "matched", "checked_at": iso(self.now)}
+        record.reason = {"why": "matched", "checked_at": iso_utc(self.now)}
         match = CardMatch(
             id=uuid.uuid4(),
             payment_id=record.id,
@@ -548,7 +576,7 @@ def expire(record: CardPaymentRecord, now: datetime) -> None:
         "why": "expired",
         "detail": "Unmatched 7 days after the payment time: it left the matching set.",
         "last_reason": last_reason,
-        "checked_at": iso(now),
+        "checked_at": iso_utc(now),
     }
 
 

@@ -10,7 +10,8 @@ import orjson
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from kuitti.cards.rules import Fit, iso
+from kuitti.cards.rules import Fit
+from kuitti.clock import iso_utc
 from kuitti.config import Settings
 from kuitti.delivery.links import private_link
 from kuitti.delivery.service import deliver_to_user, grant_via_card
@@ -62,7 +63,7 @@ def receipt_notification_data(
     return CardReceiptData(
         receipt_id=receipt.id,
         merchant_name=receipt.merchant_name,
-        timestamp=iso(record.paid_at),
+        timestamp=iso_utc(record.paid_at),
         amount=str(record.amount),
         merchant_id=record.merchant_id,
         reference_number=record.reference_number or (txn.reference_number if txn else None),

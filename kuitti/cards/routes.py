@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header
+from pydantic import BaseModel
 
 from kuitti.cards import service
 from kuitti.cards.schemas import parse_card_request, parse_transaction_request
@@ -18,14 +19,40 @@ from kuitti.deps import Now, RawBody, ReadSession, ServicesDep, WriteSession
 from kuitti.inputs import parse_json
 from kuitti.models import Partner, PartnerRole
 from kuitti.oauth.bearer import bearer_token, optional_connection
-from kuitti.partners.auth import (
-    ServiceApiKey,
-    authenticate_partner,
-    require_json,
-    require_role,
-)
+from kuitti.partners.auth import ServiceApiKey, authenticate_partner
+from kuitti.partners.keys import require_json, require_role
 
 router = APIRouter(prefix="/api/v1", tags=["cards"])
+
+
+class Card(BaseModel):
+    """An enrolled card (``name`` only when one was given)."""
+
+    service_card_id: str
+    partner_card_id: str
+    masked_pan: str
+    exp_date: str
+    pilot: bool
+    name: str | None = None
+
+
+class CardRemoved(BaseModel):
+    service_card_id: str
+    partner_card_id: str
+    deleted: bool
+
+
+class CardTransactionRecorded(BaseModel):
+    """A stored transaction and the purchase it belongs to; ``matched_receipt_id`` once a
+    receipt is linked to that purchase; ``replayed`` when the same transaction came again."""
+
+    transaction_id: str
+    service_card_id: str
+    partner_card_id: str
+    purchase_id: str
+    matched_receipt_id: str | None
+    replayed: bool
+
 
 _AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "Missing or wrong API key (or an invalid holder token)."},
@@ -72,7 +99,9 @@ def _json_body(body: bytes, content_type: str | None) -> object:
 @router.post(
     "/cards/",
     summary="Enrol a card",
+    response_model=None,  # the answer is documented, not re-validated
     responses={
+        200: {"model": Card},
         **_AUTH_RESPONSES,
         400: {"description": "Invalid fields; a full card number is always refused."},
         409: {"description": "partner_card_id already enrolled with other details."},
@@ -91,27 +120,29 @@ def enroll_card(
     body: RawBody,
     issuer: CardIssuer,
     services: ServicesDep,
-    session: WriteSession,
+    read: ReadSession,
     now: Now,
     authorization: Annotated[str | None, Header()] = None,
     content_type: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
     request = parse_card_request(_json_body(body, content_type))
-    connection = optional_connection(session, services.settings, authorization, issuer, now=now)
-    card, _created = service.enroll_card(
-        session,
-        issuer,
-        request,
-        now=now,
-        user_id=connection.user_id if connection is not None else None,
-    )
-    return service.card_json(card)
+    connection = optional_connection(read, services.settings, authorization, issuer, now=now)
+    user_id = connection.user_id if connection is not None else None
+    read.rollback()  # hand its connection back: the write unit takes one of its own
+    with services.db.session() as session:  # the write unit, once the request is accepted
+        card, _created = service.enroll_card(session, issuer, request, now=now, user_id=user_id)
+        return service.card_json(card)
 
 
 @router.delete(
     "/cards/{service_card_id}/",
     summary="Remove a card (it never matches again)",
-    responses={**_AUTH_RESPONSES, 404: {"description": "No such card of this issuer."}},
+    response_model=None,  # the answer is documented, not re-validated
+    responses={
+        200: {"model": CardRemoved},
+        **_AUTH_RESPONSES,
+        404: {"description": "No such card of this issuer."},
+    },
 )
 def delete_card(
     service_card_id: str, issuer: CardIssuer, session: WriteSession, now: Now
@@ -127,7 +158,9 @@ def delete_card(
 @router.post(
     "/card-transactions/",
     summary="Report a card transaction (auth or clearing)",
+    response_model=None,  # the answer is documented, not re-validated
     responses={
+        200: {"model": CardTransactionRecorded},
         **_AUTH_RESPONSES,
         400: {"description": "Invalid fields."},
         404: {"description": "No such card of this issuer."},
@@ -162,9 +195,9 @@ def create_transaction(
     body: RawBody,
     issuer: CardIssuer,
     services: ServicesDep,
-    session: WriteSession,
     now: Now,
     content_type: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
     request = parse_transaction_request(_json_body(body, content_type))
-    return service.record_transaction(session, services.settings, issuer, request, now=now)
+    with services.db.session() as session:  # the write unit, once the request is accepted
+        return service.record_transaction(session, services.settings, issuer, request, now=now)

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from kuitti.cards import pan
+from kuitti.clock import iso_utc
 from kuitti.models import Card
 from kuitti.models.cards import CardPaymentRecord, CardPurchase, CardTransaction, TransactionType
 
@@ -26,10 +27,6 @@ MATCHING_SET_LIFETIME = timedelta(days=7)
 K = TypeVar("K")
 P = TypeVar("P")
 C = TypeVar("C")
-
-
-def iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 # -- windows -----------------------------------------------------------------------------------
@@ -105,8 +102,13 @@ def fit(
     ``auth_at``: the time of the purchase's auth, when it has one. It anchors the purchase in
     time: a payment that fits only the purchase's clearing (a tip, fuel, a code-less receipt)
     must still lie within the auth window of the auth. Without it, a stranger's receipt from
-    days before could take a clearing whose own receipt is still on its way."""
+    days before could take a clearing whose own receipt is still on its way.
+
+    A sandbox receipt's payment and a real card never fit, nor the reverse (docs/sandbox.md):
+    not even as rivals, so a test can never hold up a real match."""
     if card.deleted_at is not None or txn.merchant_id != record.merchant_id:
+        return None
+    if bool(card.sandbox) != bool(record.sandbox):  # None: an object not yet stored
         return None
     if txn.currency != record.currency:
         return None
@@ -153,6 +155,8 @@ def pilot_fit(record: CardPaymentRecord, card: Card) -> Fit | None:
     shown = shown_pan(record)
     if not card.pilot or card.deleted_at is not None or not shows_pilot_digits(shown):
         return None
+    if bool(card.sandbox) != bool(record.sandbox):  # None: an object not yet stored
+        return None
     assert shown is not None
     if not pan.agree(card_pan(card), shown):
         return None
@@ -189,7 +193,7 @@ def fit_json(item: Fit) -> dict[str, Any]:
     if item.transaction is not None:
         out["transaction_id"] = str(item.transaction.id)
         out["transaction_type"] = item.transaction.transaction_type
-        out["transaction_time"] = iso(item.transaction.occurred_at)
+        out["transaction_time"] = iso_utc(item.transaction.occurred_at)
     if item.purchase is not None:
         out["purchase_id"] = str(item.purchase.id)
     return out

@@ -8,7 +8,7 @@ together or not at all.
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -19,6 +19,7 @@ from kuitti.cards import pan
 from kuitti.cards.matching import Matcher
 from kuitti.cards.rules import CLEARING_AFTER, CLEARING_BEFORE
 from kuitti.cards.schemas import CardRequest, TransactionRequest, parse_card_request
+from kuitti.clock import iso_utc
 from kuitti.config import Settings
 from kuitti.delivery.service import reading_connections
 from kuitti.errors import Conflict, ErrorDetail, InvalidRequest, NotFound
@@ -27,11 +28,6 @@ from kuitti.models import Card, Namespace, Partner
 from kuitti.models.cards import CardMatch, CardPurchase, CardTransaction, TransactionType
 from kuitti.webhooks.events import enqueue, notify_connection
 from kuitti.webhooks.payloads import CardAdded, CardAddedData, TransactionNotification
-
-
-def iso_utc(moment: datetime) -> str:
-    """``2028-12-31T23:59:59Z`` (whole seconds; fractions kept when present)."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def check_card_request(
@@ -77,6 +73,8 @@ def enroll_card(
     (no second ``card_added``); with other details it is a 409 ``duplicate_partner_card_id``.
     A repeat that carries the holder's token links a card that had no user yet.
     """
+    if issuer.sandbox:
+        user_id = None  # a test card never has a holder: nothing may reach a person through it
     locks.acquire(session, "card", str(issuer.id), request.partner_card_id)
     existing = session.scalar(
         select(Card).where(
@@ -105,6 +103,7 @@ def enroll_card(
     card = Card(
         id=uuid.uuid4(),
         partner_id=issuer.id,
+        sandbox=issuer.sandbox,
         partner_card_id=request.partner_card_id,
         masked_pan=request.masked_pan.text,
         pan_first6=request.masked_pan.leading,
@@ -163,18 +162,28 @@ def issuer_card(
 
 
 def card_for_token(
-    session: Session, partner_card_id: str, masked_pan: str, namespace: str | None
+    session: Session,
+    partner_card_id: str,
+    masked_pan: str,
+    namespace: str | None,
+    *,
+    sandbox: bool,
 ) -> Card | None:
     """The card a ``CARD`` token names (docs/delivery.md), or None (the token is ``unmatched``).
 
     ``namespace`` names the issuer by one of its namespaces; without it the ``partner_card_id``
     must be unique across issuers. The token's masked PAN must show at least the last four digits
-    and agree with the card's on every digit both show. Deleted cards never match.
+    and agree with the card's on every digit both show. Deleted cards never match, nor do the
+    cards of the other kind (``sandbox``: a test receipt's token names only test cards).
     """
     shown = pan.parse_shown(masked_pan)
     if shown is None or shown.last4 is None:
         return None
-    query = select(Card).where(Card.partner_card_id == partner_card_id, Card.deleted_at.is_(None))
+    query = select(Card).where(
+        Card.partner_card_id == partner_card_id,
+        Card.deleted_at.is_(None),
+        Card.sandbox.is_(sandbox),
+    )
     if namespace is not None:
         issuer_id = session.scalar(select(Namespace.partner_id).where(Namespace.name == namespace))
         if issuer_id is None:

@@ -14,6 +14,7 @@ from kuitti.i18n import Language
 from kuitti.models import MailMessage, Partner, Receipt
 from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.rendering import render
+from kuitti.receipts.relations import relations
 from kuitti.receipts.view import parse_document
 from kuitti.services import Services
 
@@ -55,6 +56,10 @@ def attachments_for(
     poster = session.get(Partner, receipt.partner_id)
     assert poster is not None
     rendered = render(
-        receipt, poster, DataFormat.SERVICE_PDF, locale=receipt_language(receipt).value
+        receipt,
+        poster,
+        DataFormat.SERVICE_PDF,
+        locale=receipt_language(receipt).value,
+        relations=relations(session, receipt),
     )
     return [(rendered.filename, rendered.content)]

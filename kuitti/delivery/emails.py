@@ -123,6 +123,8 @@ def enqueue_receipt_email(
     }
     # A subject is one line whatever the merchant's name holds.
     subject = " ".join(texts["subject"].format(merchant=merchant).split())[:400]
+    if receipt.sandbox:
+        subject = f"[TEST] {subject}"
     return enqueue_mail(
         session,
         to=to,
@@ -130,5 +132,6 @@ def enqueue_receipt_email(
         text_body=_env.get_template("email/receipt.txt").render(context),
         html_body=_env.get_template("email/receipt.html").render(context),
         receipt_pdf_id=receipt.id,
+        sandbox=receipt.sandbox,
         now=now,
     )

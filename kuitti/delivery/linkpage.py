@@ -17,6 +17,7 @@ from kuitti.delivery.texts import page_text
 from kuitti.i18n import LANGUAGE_NAMES, LANGUAGES, Language, negotiate_locale
 from kuitti.models import Receipt, ReceiptDelivery, User
 from kuitti.receipts.formats.codes import svg
+from kuitti.receipts.relations import relations, relations_key
 from kuitti.receipts.view import ReceiptView, build_view
 
 # Past this many rows the rest sit behind a "show all rows" disclosure.
@@ -59,17 +60,17 @@ class _ViewCache:
 
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[tuple[uuid.UUID, Language], _Entry] = OrderedDict()
+        self._entries: OrderedDict[tuple[uuid.UUID, Language, str], _Entry] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[uuid.UUID, Language]) -> _Entry | None:
+    def get(self, key: tuple[uuid.UUID, Language, str]) -> _Entry | None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
             return entry
 
-    def put(self, key: tuple[uuid.UUID, Language], entry: _Entry) -> None:
+    def put(self, key: tuple[uuid.UUID, Language, str], entry: _Entry) -> None:
         with self._lock:
             self._entries[key] = entry
             self._entries.move_to_end(key)
@@ -82,11 +83,12 @@ VIEW_CACHE_ENTRIES = 256
 _views = _ViewCache(VIEW_CACHE_ENTRIES)
 
 
-def _rendered_view(receipt: Receipt, language: Language) -> _Entry:
-    key = (receipt.id, language)
+def _rendered_view(session: Session, receipt: Receipt, language: Language) -> _Entry:
+    key = (receipt.id, language, relations_key(receipt))
     entry = _views.get(key)
     if entry is None:
-        view = build_view(receipt.document, locale=language.value)
+        related = relations(session, receipt)
+        view = build_view(receipt.document, locale=language.value, relations=related)
         codes = [svg(a.symbology, a.data, scale=4, title=a.title) for a in view.attachments]
         entry = (view, codes)
         _views.put(key, entry)
@@ -128,7 +130,7 @@ def page_context(
     language = page_language(request, lang)
     chosen = language.value if lang else None
     owned = user is not None and session.get(ReceiptDelivery, (user.id, receipt.id)) is not None
-    view, codes = _rendered_view(receipt, language)
+    view, codes = _rendered_view(session, receipt, language)
 
     def t(key: str, **values: str) -> str:
         return page_text(key, language.value, **values)
@@ -145,5 +147,7 @@ def page_context(
         "pdf_path": target.pdf_path(chosen),
         "user_email": user.email if user else None,
         "owned": owned,
+        # A sandbox receipt: marked TEST, and nobody may import it.
+        "sandbox": receipt.sandbox,
         "imported": imported and owned,
     }

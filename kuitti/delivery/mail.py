@@ -39,8 +39,11 @@ def enqueue_mail(
     text_body: str,
     html_body: str | None = None,
     receipt_pdf_id: uuid.UUID | None = None,
+    sandbox: bool = False,
     now: datetime,
 ) -> MailMessage:
+    """Queue one e-mail in the caller's transaction. ``sandbox``: a test partner's, written as an
+    ``.eml`` file however ``KUITTI_SMTP_URL`` is set."""
     message = MailMessage(
         id=uuid.uuid4(),
         to_address=to,
@@ -48,6 +51,7 @@ def enqueue_mail(
         text_body=text_body,
         html_body=html_body,
         receipt_pdf_id=receipt_pdf_id,
+        sandbox=sandbox,
         status=MailStatus.PENDING,
         attempt_count=0,
         next_attempt_at=now,
@@ -79,9 +83,12 @@ def _media_type(filename: str) -> str:
     return "application/pdf" if filename.endswith(".pdf") else "application/octet-stream"
 
 
-def transmit(settings: Settings, message: EmailMessage, message_id: uuid.UUID) -> None:
-    """Hand one message to the SMTP server, or write it as an .eml file."""
-    if not settings.smtp_url:
+def transmit(
+    settings: Settings, message: EmailMessage, message_id: uuid.UUID, *, to_file: bool = False
+) -> None:
+    """Hand one message to the SMTP server, or write it as an .eml file (without a server, or
+    when ``to_file``: a sandbox receipt's e-mail never reaches a mailbox)."""
+    if to_file or not settings.smtp_url:
         settings.mail_dir.mkdir(parents=True, exist_ok=True)
         (settings.mail_dir / f"{message_id}.eml").write_bytes(bytes(message))
         return
@@ -156,7 +163,7 @@ def _send_one(
             files, error = [], f"attachment: {type(exc).__name__}: {exc}"[:1000]
     if error is None:
         try:
-            transmit(settings, build_message(settings, row, files), row.id)
+            transmit(settings, build_message(settings, row, files), row.id, to_file=row.sandbox)
         except (OSError, smtplib.SMTPException) as exc:
             error = f"{type(exc).__name__}: {exc}"[:1000]
     now = services.clock.now()

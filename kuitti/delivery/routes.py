@@ -14,6 +14,7 @@ from urllib.parse import quote, unquote
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
@@ -27,8 +28,9 @@ from kuitti.models import Connection, Partner, Receipt, User
 from kuitti.oauth.bearer import AppConnection
 from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.rendering import render
+from kuitti.receipts.relations import relations
 from kuitti.users.sessions import CurrentUser, login_url
-from kuitti.web import check_csrf
+from kuitti.web import CsrfForm, check_csrf
 from kuitti.web import render as render_page
 
 router = APIRouter(tags=["receipt links"])
@@ -38,14 +40,21 @@ LINK_HEADERS = {"X-Robots-Tag": "noindex, nofollow", "Referrer-Policy": "no-refe
 LangQuery = Annotated[str | None, Query(description="fi, sv or en; else Accept-Language decides.")]
 
 
+class QrCode(BaseModel):
+    value: str
+    namespace: str
+    expires_at: str
+
+
 # -- dynamic QR codes -------------------------------------------------------------------------
 
 
 @router.post(
     "/api/v1/qr-codes/",
     summary="Get a short-lived DYNAMIC_QR_CODE value for the user of this connection",
+    response_model=None,  # the answer is documented, not re-validated
     responses={
-        200: {"description": '{"value", "namespace", "expires_at"}'},
+        200: {"model": QrCode, "description": '{"value", "namespace", "expires_at"}'},
         401: {"description": "Missing or invalid SERVICE_APIKEY or Bearer token."},
         403: {"description": "The application has no namespace."},
     },
@@ -161,7 +170,13 @@ def _show(
 def _pdf(session: Session, receipt: Receipt, language: str) -> Response:
     poster = session.get(Partner, receipt.partner_id)
     assert poster is not None
-    rendered = render(receipt, poster, DataFormat.SERVICE_PDF, locale=language)
+    rendered = render(
+        receipt,
+        poster,
+        DataFormat.SERVICE_PDF,
+        locale=language,
+        relations=relations(session, receipt),
+    )
     return Response(
         rendered.content,
         media_type=rendered.media_type,
@@ -186,7 +201,8 @@ def _import(
         return limited
     check_csrf(request, csrf)
     receipt = _find(request, session, target)
-    if receipt is None or action != "import":
+    if receipt is None or receipt.sandbox or action != "import":
+        # A sandbox receipt is nobody's: there is nothing to import (docs/sandbox.md).
         return _not_found(request, request.query_params.get("lang"))
     lang = request.query_params.get("lang")
     services = get_services(request)
@@ -195,10 +211,12 @@ def _import(
         return RedirectResponse(
             login_url(target.page_path(lang)), status_code=303, headers=LINK_HEADERS
         )
+    receipt_id, user_id = receipt.id, user.id
+    session.rollback()  # one connection at a time: the read's goes back before the write's
     with services.db.session() as write:
-        current = write.get(Receipt, receipt.id)
+        current = write.get(Receipt, receipt_id)
         assert current is not None
-        deliver_to_user(write, current, user.id, via="import", now=services.clock.now())
+        deliver_to_user(write, current, user_id, via="import", now=services.clock.now())
     back = target.page_path(lang, imported=True)
     return RedirectResponse(back, status_code=303, headers=LINK_HEADERS)
 
@@ -236,7 +254,7 @@ def namespace_link_import(
     session: ReadSession,
     user: CurrentUser,
     action: Annotated[str, Form()],
-    csrf_token: Annotated[str | None, Form()] = None,
+    csrf_token: CsrfForm = None,
 ) -> Response:
     parts = _namespace_link_parts(request)
     if parts is None or parts[2]:
@@ -271,6 +289,6 @@ def private_link_import(
     session: ReadSession,
     user: CurrentUser,
     action: Annotated[str, Form()],
-    csrf_token: Annotated[str | None, Form()] = None,
+    csrf_token: CsrfForm = None,
 ) -> Response:
     return _import(request, session, LinkPage(None, token), user, action, csrf_token)

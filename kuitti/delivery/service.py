@@ -2,7 +2,14 @@
 
 Every way a receipt reaches someone (a token, card-linking, an import from a link) ends here, so
 the rules hold everywhere: a user gets a receipt once; each of their active connections with
-``receipt:read`` may then read it and gets a ``receipt_notification``.
+``receipt:read`` may then read it and gets a ``receipt_notification``. A sandbox partner's
+receipt never reaches a person, and a sandbox partner's app never hears of a real receipt
+(docs/sandbox.md).
+
+A return linked to its purchase (``kuitti.receipts.returns``) follows the purchase: whoever the
+purchase reaches later, a user or a card's issuer, the purchase's returns reach too. The purchase
+row is read ``FOR SHARE`` after the delivery is written, and linking a return locks it for update
+before copying the deliveries, so whichever commits first, the other sees it.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kuitti.models import Card, Connection, Receipt, ReceiptDelivery, ReceiptGrant
+from kuitti.models import Card, Connection, Partner, Receipt, ReceiptDelivery, ReceiptGrant
 from kuitti.models.receipts import GrantReason
 from kuitti.oauth.scopes import Scope
 from kuitti.webhooks.events import notify_connection
@@ -27,11 +34,18 @@ def grant_via_connection(session: Session, receipt: Receipt, connection: Connect
     return _grant(session, receipt, connection.partner_id, source)
 
 
-def grant_via_card(session: Session, receipt: Receipt, card: Card) -> bool:
+def grant_via_card(
+    session: Session, receipt: Receipt, card: Card, *, follow_returns: bool = True
+) -> bool:
     """Let the card's issuer read the receipt while the card lasts and keeps its holder. False
-    when it already could through this card."""
+    when it already could through this card. ``follow_returns=False``: the receipt is being
+    ingested, so it has no returns yet."""
     source = ReceiptGrant(reason=GrantReason.CARD, card_id=card.id, card_user_id=card.user_id)
-    return _grant(session, receipt, card.partner_id, source)
+    granted = _grant(session, receipt, card.partner_id, source)
+    if granted and follow_returns:
+        for linked in returns_of(session, receipt):
+            grant_via_card(session, linked, card)
+    return granted
 
 
 def _grant(session: Session, receipt: Receipt, partner_id: uuid.UUID, source: ReceiptGrant) -> bool:
@@ -54,11 +68,18 @@ def _grant(session: Session, receipt: Receipt, partner_id: uuid.UUID, source: Re
 
 
 def deliver_to_user(
-    session: Session, receipt: Receipt, user_id: uuid.UUID, *, via: str, now: datetime
+    session: Session,
+    receipt: Receipt,
+    user_id: uuid.UUID,
+    *,
+    via: str,
+    now: datetime,
+    follow_returns: bool = True,
 ) -> bool:
     """Make the receipt the user's and notify their reading connections. False if it already
-    was theirs (nothing is sent twice)."""
-    if session.get(ReceiptDelivery, (user_id, receipt.id)) is not None:
+    was theirs (nothing is sent twice), or the receipt is a sandbox one (never anyone's).
+    ``follow_returns=False``: the receipt is being ingested, so it has no returns yet."""
+    if receipt.sandbox or session.get(ReceiptDelivery, (user_id, receipt.id)) is not None:
         return False
     session.add(
         ReceiptDelivery(
@@ -70,21 +91,61 @@ def deliver_to_user(
         )
     )
     session.flush()
+    related = _original_held_by(session, receipt, user_id)
     for connection in reading_connections(session, user_id):
         grant_via_connection(session, receipt, connection)
         notify_connection(
             session,
             connection,
-            ReceiptNotification.about(connection, receipt_id=receipt.id),
+            ReceiptNotification.about(
+                connection, receipt_id=receipt.id, related_receipt_id=related
+            ),
             now=now,
         )
+    if follow_returns:
+        for linked in returns_of(session, receipt):
+            deliver_to_user(session, linked, user_id, via="return", now=now)
     return True
 
 
+def _original_held_by(session: Session, receipt: Receipt, user_id: uuid.UUID) -> uuid.UUID | None:
+    """The return's original, when the user holds it too: an app learns of the relation only
+    between receipts its user has."""
+    original = receipt.original_receipt_id
+    if original is None or session.get(ReceiptDelivery, (user_id, original)) is None:
+        return None
+    return original
+
+
+def returns_of(session: Session, receipt: Receipt) -> list[Receipt]:
+    """The returns linked to this receipt, read after locking its row ``FOR SHARE`` so that a
+    return being linked concurrently is either seen here or sees what this transaction wrote."""
+    count = session.scalar(
+        select(Receipt.return_count).where(Receipt.id == receipt.id).with_for_update(read=True)
+    )
+    if not count:
+        return []
+    return list(
+        session.scalars(
+            select(Receipt)
+            .where(Receipt.original_receipt_id == receipt.id)
+            .order_by(Receipt.receipt_time, Receipt.id)
+        )
+    )
+
+
 def reading_connections(session: Session, user_id: uuid.UUID) -> list[Connection]:
+    """The user's active connections that may read receipts, to apps of production partners
+    only: a sandbox app may connect users (to try the OAuth flow) but never reads or hears of
+    their real receipts."""
     connections = session.scalars(
         select(Connection)
-        .where(Connection.user_id == user_id, Connection.revoked_at.is_(None))
+        .join(Partner, Partner.id == Connection.partner_id)
+        .where(
+            Connection.user_id == user_id,
+            Connection.revoked_at.is_(None),
+            Partner.sandbox.is_(False),
+        )
         .order_by(Connection.created_at)
     )
     return [c for c in connections if Scope.RECEIPT_READ.value in c.scopes]

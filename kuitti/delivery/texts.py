@@ -28,6 +28,11 @@ _PAGE_MESSAGES: dict[str, tuple[str, str, str]] = {
         "This receipt is in your account.",
     ),
     "page.open_account": ("Avaa tilini", "Öppna mitt konto", "Open my account"),
+    "page.test": (
+        "Testikuitti, ei oikea ostos. Sitä ei voi tuoda tilille.",
+        "Testkvitto, inte ett riktigt köp. Det kan inte importeras till ett konto.",
+        "A test receipt, not a real purchase. It cannot be imported into an account.",
+    ),
     "page.print": ("Tulosta", "Skriv ut", "Print"),
     "page.issued_by": ("Myyjä", "Säljare", "Sold by"),
     "page.summary": ("Yhteenveto", "Sammanfattning", "Summary"),

@@ -6,6 +6,9 @@ Statuses (docs/delivery.md, "Tokens"):
 - ``delivered``: the token reached a service user (DYNAMIC_QR_CODE, CARD, USER, or EMAIL to an
   address a verified user has); the receipt is theirs.
 - ``email_queued``: an EMAIL token whose address belongs to no verified user; the e-mail still goes.
+- ``sandbox``: any token but RECEIPT_ID of a sandbox partner's receipt (docs/sandbox.md). Nobody
+  is reached: an EMAIL token's message is written as an ``.eml`` file, never sent; a CARD token
+  naming a sandbox issuer's card lets that issuer read the receipt.
 - ``unmatched``: the token resolves to nobody (unknown or expired QR value, unknown card or a card
   with no user, a revoked or foreign user token). Never an error: malformed tokens were refused
   by validation with ``invalid_token`` before we get here.
@@ -44,6 +47,7 @@ class Status(StrEnum):
     LINK_CREATED = "link_created"
     EMAIL_QUEUED = "email_queued"
     UNMATCHED = "unmatched"
+    SANDBOX = "sandbox"
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,8 @@ class _Delivery:
         self.mailed: set[str] = set()
 
     def deliver(self, token: Token) -> Status:
+        if self.receipt.sandbox and token.type is not TokenType.RECEIPT_ID:
+            return self._sandbox(token)
         match token.type:
             case TokenType.RECEIPT_ID:
                 # Ingest has checked the namespace and stored the link already.
@@ -118,20 +124,35 @@ class _Delivery:
             case _:
                 assert_never(token.type)
 
+    def _sandbox(self, token: Token) -> Status:
+        """A test receipt's token: it reaches no person, whatever it names."""
+        if token.type is TokenType.EMAIL:
+            self._mail(token.value)  # queued as a sandbox message: an .eml file, never SMTP
+        elif token.type is TokenType.CARD:
+            assert token.id is not None
+            card = card_for_token(
+                self.session, token.id, token.value, token.namespace, sandbox=True
+            )
+            if card is not None:
+                grant_via_card(self.session, self.receipt, card)
+        return Status.SANDBOX
+
     def _to_user(self, user_id: uuid.UUID | None, via: str) -> Status:
         if user_id is None:
             return Status.UNMATCHED
         # False means the user already has it (another token reached them): still delivered.
-        deliver_to_user(self.session, self.receipt, user_id, via=via, now=self.now)
+        deliver_to_user(
+            self.session, self.receipt, user_id, via=via, now=self.now, follow_returns=False
+        )
         return Status.DELIVERED
 
     def _card(self, token: Token) -> Status:
         assert token.id is not None
-        card = card_for_token(self.session, token.id, token.value, token.namespace)
+        card = card_for_token(self.session, token.id, token.value, token.namespace, sandbox=False)
         if card is None:
             return Status.UNMATCHED
         # The issuer may read receipts that reached its cards (docs/api.md, "List receipts").
-        grant_via_card(self.session, self.receipt, card)
+        grant_via_card(self.session, self.receipt, card, follow_returns=False)
         return self._to_user(card.user_id, "card_token")
 
     def _user_token(self, jwt: str) -> Status:
@@ -141,6 +162,13 @@ class _Delivery:
     def _email(self, address: str) -> Status:
         user = user_by_email(self.session, address)
         verified = user is not None and user.email_verified_at is not None
+        self._mail(address)
+        if user is not None and verified:
+            return self._to_user(user.id, "email")
+        return Status.EMAIL_QUEUED
+
+    def _mail(self, address: str) -> None:
+        """Queue the receipt e-mail to ``address``, once per request."""
         key = address.lower()
         if key not in self.mailed:
             self.mailed.add(key)
@@ -153,6 +181,3 @@ class _Delivery:
                 link=receipt_link(self.settings, self.receipt.id, self.tokens),
                 now=self.now,
             )
-        if user is not None and verified:
-            return self._to_user(user.id, "email")
-        return Status.EMAIL_QUEUED

@@ -46,6 +46,8 @@ class Card(Base):
     holder_name: Mapped[str | None] = mapped_column(String(200))
     user_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id"), index=True)
     pilot: Mapped[bool] = mapped_column(default=False)
+    # Enrolled by a sandbox issuer: matches only sandbox receipts, never has a holder account.
+    sandbox: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime]
     deleted_at: Mapped[datetime | None]
 
@@ -170,6 +172,8 @@ class CardPaymentRecord(Base):
     reference_number: Mapped[str | None] = mapped_column(String(200))
     settle_at: Mapped[datetime | None]
     reason: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # The receipt's ``sandbox``: a payment fits only cards of its own kind.
+    sandbox: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 

@@ -90,5 +90,7 @@ class MailMessage(OutboxRow, Base):
     text_body: Mapped[str] = mapped_column(Text)
     html_body: Mapped[str | None] = mapped_column(Text)
     receipt_pdf_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("receipts.id"))
+    # A sandbox receipt's e-mail: always written as an .eml file, never handed to SMTP.
+    sandbox: Mapped[bool] = mapped_column(default=False)
     last_error: Mapped[str | None] = mapped_column(String(1000))
     sent_at: Mapped[datetime | None]

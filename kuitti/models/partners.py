@@ -39,6 +39,9 @@ class Partner(Base):
     # Set by `kuitti partner disable`: its keys, client credentials and tokens are refused and
     # its webhooks wait until it is enabled again.
     disabled_at: Mapped[datetime | None] = mapped_column(default=None)
+    # A sandbox partner (docs/sandbox.md): its keys start kt_test_, and nothing it posts ever
+    # reaches a person; it and production partners never see each other's data.
+    sandbox: Mapped[bool] = mapped_column(default=False)
 
     # "expunge": a partner detached from the session that loaded it takes its namespaces along,
     # so the end of that session cannot expire them.

@@ -5,7 +5,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from kuitti.db import Base
@@ -16,12 +16,35 @@ class Receipt(Base):
 
     ``document_hash`` is the SHA-256 of the canonical JSON (sorted keys, no whitespace), so an
     unchanged resend is recognised whatever its key order.
+
+    A return names the purchase it returns (``original_receipt_id``, linked at ingest by
+    ``kuitti.receipts.returns``); the purchase counts its returns (``return_count``), so its
+    renderings and later deliveries know without a query whether there are any.
     """
 
     __tablename__ = "receipts"
+    __table_args__ = (
+        # A merchant names an original by its number and time: one index range per return.
+        Index("ix_receipts_partner_number", "partner_id", "receipt_number", "receipt_time"),
+        # Partial: nearly every receipt names no original, and ingest then pays nothing for it.
+        Index(
+            "ix_receipts_original",
+            "original_receipt_id",
+            postgresql_where=text("original_receipt_id IS NOT NULL"),
+            sqlite_where=text("original_receipt_id IS NOT NULL"),
+        ),
+        # The sandbox clean-up's range: only sandbox receipts are in this index.
+        Index(
+            "ix_receipts_sandbox_created",
+            "created_at",
+            sqlite_where=text("sandbox"),
+            postgresql_where=text("sandbox"),
+        ),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
-    partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), index=True)
+    # Indexed first in ix_receipts_partner_number.
+    partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"))
     document: Mapped[str] = mapped_column(Text)
     document_hash: Mapped[str] = mapped_column(String(64))
     receipt_number: Mapped[str] = mapped_column(String(200))
@@ -34,6 +57,13 @@ class Receipt(Base):
     currency: Mapped[str] = mapped_column(String(3))
     token_statuses: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime]
+    original_receipt_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("receipts.id"), default=None
+    )
+    return_count: Mapped[int] = mapped_column(default=0, server_default="0")
+    # Posted by a sandbox partner: never delivered to a person, deleted after
+    # KUITTI_SANDBOX_RETENTION_DAYS (docs/sandbox.md).
+    sandbox: Mapped[bool] = mapped_column(default=False)
 
 
 class ReceiptLink(Base):

@@ -17,7 +17,7 @@ from fastapi import Depends, Header
 from sqlalchemy.orm import Session
 
 from kuitti.config import Settings
-from kuitti.deps import Now, ReadSession, ServicesDep
+from kuitti.deps import Now, ReadSession, ServicesDep, release_connection
 from kuitti.errors import InsufficientScope, Unauthorized
 from kuitti.models import Connection, Partner
 from kuitti.oauth.scopes import Scope
@@ -94,9 +94,11 @@ def _app_connection(
     token = bearer_token(authorization)
     if token is None:
         raise InvalidToken("Send the user's token as 'Authorization: Bearer <token>'.")
-    return app_connection(session, services.settings, app_key, token, now=now)
+    connection = app_connection(session, services.settings, app_key, token, now=now)
+    release_connection(session, connection)
+    return connection
 
 
 AppConnection = Annotated[Connection, Depends(_app_connection)]
 """``SERVICE_APIKEY`` (or ``Service-Apikey``) + ``Authorization: Bearer`` of the same partner,
-any scope."""
+any scope. It arrives detached (``release_connection``)."""

@@ -6,6 +6,7 @@ import typer
 from sqlalchemy import select
 
 from kuitti.cli_helpers import JsonFlag, emit, open_services
+from kuitti.clock import iso_utc
 from kuitti.models import SigningKey
 from kuitti.oauth import keys
 from kuitti.security import SecretBox
@@ -34,7 +35,7 @@ def list_keys(as_json: JsonFlag = False) -> None:
     services = open_services()
     with services.db.session(write=False) as session:
         rows = [
-            {"kid": r.kid, "algorithm": r.algorithm, "created_at": r.created_at.isoformat()}
+            {"kid": r.kid, "algorithm": r.algorithm, "created_at": iso_utc(r.created_at)}
             for r in session.scalars(
                 select(SigningKey).order_by(SigningKey.created_at.desc(), SigningKey.kid)
             )

@@ -1,5 +1,9 @@
-"""Endpoints 4–7: the consent page, the token endpoint, revocation, the membership page, and the
-discovery documents (JWKS, RFC 8414 metadata)."""
+"""The consent page, the token endpoint, revocation, the membership page, and the discovery
+documents (JWKS, RFC 8414 metadata).
+
+Why one long module: the pages and endpoints of one flow, each thin, sharing the form and
+redirect helpers at the top.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Annotated, Any
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, Header, Request
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from starlette.datastructures import FormData
 from starlette.responses import Response
@@ -37,6 +42,21 @@ from kuitti.users.sessions import (
 from kuitti.web import check_csrf, render
 
 router = APIRouter()
+
+
+class AccessToken(BaseModel):
+    token_type: str
+    access_token: str
+    scope: str
+    service_id: str
+    expires_in: int
+
+
+class Revoked(BaseModel):
+    service_id: str
+    revoked: bool
+
+
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
 
@@ -179,7 +199,12 @@ def _token_fields(content_type: str, body: bytes) -> dict[str, str]:
     "/api/oauth/token",
     tags=["oauth"],
     summary="Exchange an authorization code for an access token",
-    responses={400: {"description": "RFC 6749 §5.2 error"}, 401: {"description": "invalid_client"}},
+    response_model=None,  # the answer is documented, not re-validated
+    responses={
+        200: {"model": AccessToken},
+        400: {"description": "RFC 6749 §5.2 error"},
+        401: {"description": "invalid_client"},
+    },
 )
 def token(
     services: ServicesDep,
@@ -210,7 +235,8 @@ def token(
     "/api/oauth/revoke",
     tags=["oauth"],
     summary="Revoke a user's connection with its access token",
-    responses={404: {"description": "unknown or already revoked"}},
+    response_model=None,  # the answer is documented, not re-validated
+    responses={200: {"model": Revoked}, 404: {"description": "unknown or already revoked"}},
 )
 def revoke(
     services: ServicesDep,

@@ -3,6 +3,9 @@
 Hook names follow the RFC: ``validate_authorization_request`` (§4.1.1), ``approve`` (issues the
 code of §4.1.2), ``exchange_code`` (§4.1.3 and §5). Errors are ``OAuthError`` subclasses, one
 per RFC error code; the routes render them.
+
+Why one long module: the whole grant, each RFC step beside its checks in the order the RFC
+prescribes, reads top to bottom in one place.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""``kuitti partner …``: create, list, change, rotate the secrets of, disable and enable partners.
+"""``kuitti partner …``: create, list, show, change, rotate the secrets of, disable and enable
+partners.
 
 Secrets are printed once (at creation and on rotation) and stored only as digests, or sealed for
 the webhook key, which signing needs. A rotated secret and a disabled partner are refused by the
@@ -43,6 +44,13 @@ def partner_create(
     public_client: Annotated[
         bool, typer.Option(help="An app that cannot keep a secret (PKCE required).")
     ] = False,
+    sandbox: Annotated[
+        bool,
+        typer.Option(
+            help="A test partner: kt_test_ keys; what it posts never reaches a person "
+            "(docs/sandbox.md)."
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Create a partner; its secrets are printed once."""
@@ -64,6 +72,7 @@ def partner_create(
                 bic=bic,
                 public_client=public_client,
                 allow_insecure_webhooks=services.settings.webhook_allow_insecure,
+                sandbox=sandbox,
             )
             data = created.as_json()
     except partners.PartnerInputError as exc:
@@ -79,10 +88,23 @@ def partner_list(as_json: JsonFlag = False) -> None:
         rows = [partners.partner_summary(p) for p in partners.list_partners(session)]
     human = "\n".join(
         f"{p['partner_id']}  {p['name']}  {','.join(p['roles'])}"
+        + ("  (sandbox)" if p["sandbox"] else "")
         + ("  (disabled)" if p["disabled"] else "")
         for p in rows
     )
     emit({"partners": rows}, as_json, human or "no partners")
+
+
+@partner_app.command("show")
+def partner_show(partner_id: PartnerId, as_json: JsonFlag = False) -> None:
+    """Show one partner as 'partner list' does (no secrets)."""
+    services = open_services()
+    try:
+        with services.db.session(write=False) as session:
+            data = partners.partner_summary(partners.get_partner(session, partner_id))
+    except partners.PartnerInputError as exc:
+        fail(str(exc))
+    emit(data, as_json, _human(data))
 
 
 @partner_app.command("update")

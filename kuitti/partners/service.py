@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kuitti import security
+from kuitti.clock import iso_utc
 from kuitti.models import Namespace, Partner, PartnerRole
 
 NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}$")
@@ -49,6 +50,7 @@ class NewPartner:
             "client_id": p.client_id,
             "namespaces": p.namespace_names,
             "webhook_url": p.webhook_url,
+            "sandbox": p.sandbox,
         }
         if self.client_secret is not None:
             out["client_secret"] = self.client_secret
@@ -72,7 +74,10 @@ def create_partner(
     bic: str | None = None,
     public_client: bool = False,
     allow_insecure_webhooks: bool = False,
+    sandbox: bool = False,
 ) -> NewPartner:
+    """A new partner and its secrets. ``sandbox``: a test partner (docs/sandbox.md) whose keys
+    start ``kt_test_``; it stays one for life."""
     if not name.strip():
         raise PartnerInputError("name must not be empty")
     if not roles:
@@ -91,7 +96,7 @@ def create_partner(
     if iban is not None:
         iban = _check_iban(iban)
     is_app = PartnerRole.APP in roles
-    api_key = security.new_api_key()
+    api_key = security.new_api_key(sandbox=sandbox)
     client_secret = security.new_client_secret() if is_app and not public_client else None
     webhook_key = security.new_webhook_key() if webhook_url else None
     partner = Partner(
@@ -109,6 +114,7 @@ def create_partner(
         iban=iban,
         bic=bic.upper() if bic else None,
         created_at=now,
+        sandbox=sandbox,
     )
     session.add(partner)
     partner.namespaces = [
@@ -192,7 +198,7 @@ def rotate_secret(
     soon as the transaction commits: every check reads the stored digest or sealed key."""
     match kind:
         case SecretKind.API_KEY:
-            secret = security.new_api_key()
+            secret = security.new_api_key(sandbox=partner.sandbox)
             partner.api_key_hash = security.hash_secret(secret)
         case SecretKind.CLIENT_SECRET:
             if partner.client_id is None or partner.public_client:
@@ -234,8 +240,9 @@ def partner_summary(partner: Partner) -> dict[str, Any]:
         "public_client": partner.public_client,
         "iban": partner.iban,
         "bic": partner.bic,
-        "created_at": partner.created_at.isoformat(),
+        "created_at": iso_utc(partner.created_at),
         "disabled": partner.disabled_at is not None,
+        "sandbox": partner.sandbox,
     }
 
 

@@ -38,6 +38,9 @@ class Reader:
 
     partner_id: uuid.UUID
     user_id: uuid.UUID | None = None
+    # A sandbox partner's key or app: it reads sandbox receipts only, a production one never
+    # does (docs/sandbox.md); the other kind is 404 exactly as if it did not exist.
+    sandbox: bool = False
 
 
 def _grant_in_force() -> ColumnElement[bool]:
@@ -108,7 +111,7 @@ def readable_receipt(
     otherwise 404 exactly as if it did not exist."""
     kind, params = _params(reader, receipt_id)
     row = session.execute(_READABLE[kind], params).first()
-    if row is None:
+    if row is None or row[0].sandbox is not reader.sandbox:
         raise NotFound()
     return row[0], row[1]
 
@@ -156,6 +159,7 @@ def list_receipts(
             page_keys.c.receipt_time,
         )
         .join(page_keys, page_keys.c.receipt_id == Receipt.id)
+        .where(Receipt.sandbox.is_(reader.sandbox))
         .order_by(page_keys.c.receipt_time.desc(), page_keys.c.receipt_id.desc())
     )
     rows = session.execute(query).all()

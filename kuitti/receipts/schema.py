@@ -347,6 +347,28 @@ class Verification(Document):
     transactionEnd: TransactionEvent
 
 
+RECEIPT_ID_RE = re.compile(r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+
+
+def _check_receipt_id(value: str) -> str:
+    if not RECEIPT_ID_RE.match(value):
+        raise ValueError("must be a receipt_id this service gave (a UUID)")
+    return value
+
+
+ReceiptIdText = Annotated[str, Field(max_length=36), AfterValidator(_check_receipt_id)]
+
+
+class OriginalReceipt(Document):
+    """The purchase a return returns, named by the merchant's own receipt number and time."""
+
+    receiptNumber: Text = Field(description="The original's receiptNumber.")
+    receiptTimeStamp: DateTimeText = Field(
+        description="The original's receiptTimeStamp (the same moment; any offset)."
+    )
+    branchId: Text | None = Field(None, description="The original's merchant.branch.id.")
+
+
 class Receipt(Document):
     """The receipt JSON document. Amounts are integers in the smallest currency unit."""
 
@@ -371,10 +393,28 @@ class Receipt(Document):
         None, description="Premium feature, enabled per partner."
     )
     verifications: Annotated[list[Verification], Field(max_length=MAX_ITEMS)] | None = None
+    # A return may name its original (docs/api.md, "Returns and refunds"), one way or the other.
+    originalReceiptId: ReceiptIdText | None = Field(
+        None, description="A return's original: the receipt_id kuitti gave the purchase."
+    )
+    originalReceipt: OriginalReceipt | None = Field(
+        None, description="A return's original: the purchase's receiptNumber and time."
+    )
 
     @property
     def kind(self) -> str:
         return self.type or "PURCHASE"
+
+    @property
+    def is_return(self) -> bool:
+        """A RETURN or PURCHASE_AND_RETURN, or a receipt with a negative row."""
+        return self.kind != "PURCHASE" or any(
+            p.totalAmountIncVAT < 0 or p.quantity.startswith("-") for p in self.products
+        )
+
+    @property
+    def names_original(self) -> bool:
+        return self.originalReceiptId is not None or self.originalReceipt is not None
 
     @property
     def receipt_time(self) -> datetime:

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 import orjson
@@ -24,7 +25,7 @@ from pydantic_core import ErrorDetails
 
 from kuitti.cards.pan import contains_card_number
 from kuitti.errors import ErrorDetail, InvalidRequest
-from kuitti.inputs import json_path, parse_json
+from kuitti.inputs import json_path, parse_json, parse_json_fully
 from kuitti.receipts.schema import CardPayment, Receipt
 
 MAX_TOKENS = 50
@@ -71,10 +72,18 @@ class ReceiptRequest:
     receipt: Receipt
     document: dict[str, Any]
     tokens: list[Token]
+    posted: dict[str, Any] | None = None
+    """The whole body as parsed (the token form wraps ``document``); ``None`` when it is
+    ``document`` itself."""
 
-    @property
+    @cached_property
     def document_hash(self) -> str:
         return canonical_hash(self.document)
+
+    @cached_property
+    def body_hash(self) -> str:
+        """The canonical hash of the whole body, for an Idempotency-Key: no second parse."""
+        return self.document_hash if self.posted is None else canonical_hash(self.posted)
 
 
 def canonical_hash(document: object) -> str:
@@ -82,9 +91,15 @@ def canonical_hash(document: object) -> str:
     return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def parse_receipt_request(body: bytes, *, attachments_enabled: bool) -> ReceiptRequest:
-    """Validate a create-receipt body (either form) and return what ingest needs."""
-    data = parse_json(body)
+def parse_receipt_request(
+    body: bytes, *, attachments_enabled: bool, fully: bool = False
+) -> ReceiptRequest:
+    """Validate a create-receipt body (either form) and return what ingest needs.
+
+    ``fully`` takes the reference way at each step that has a quick one giving the same answer:
+    the JSON read by ``inputs.parse_json_fully``, every document walked for full card numbers.
+    The differential tests and ``bench/validation.py`` compare the two."""
+    data = parse_json_fully(body) if fully else parse_json(body)
     if not isinstance(data, dict):
         raise InvalidRequest(
             [ErrorDetail("invalid_type", "$: the body must be a JSON object (a receipt document).")]
@@ -92,7 +107,9 @@ def parse_receipt_request(body: bytes, *, attachments_enabled: bool) -> ReceiptR
     errors: list[ErrorDetail] = []
     tokens: list[Token] = []
     prefix: tuple[str | int, ...] = ()
+    posted: dict[str, Any] | None = None
     if "receipt" in data or "attributes" in data:
+        posted = data
         tokens = _parse_attributes(data.get("attributes"), errors)
         document = data.get("receipt")
         prefix = ("receipt",)
@@ -110,11 +127,11 @@ def parse_receipt_request(body: bytes, *, attachments_enabled: bool) -> ReceiptR
         errors.extend(_shape_errors(exc.errors(), document, prefix))
         raise InvalidRequest(errors) from None
     errors.extend(check_rules(receipt, prefix, attachments_enabled=attachments_enabled))
-    if _may_hold_card_number(body):
+    if fully or _may_hold_card_number(body):
         errors.extend(_card_numbers(document, prefix))
     if errors:
         raise InvalidRequest(errors)
-    return ReceiptRequest(receipt=receipt, document=document, tokens=tokens)
+    return ReceiptRequest(receipt=receipt, document=document, tokens=tokens, posted=posted)
 
 
 _SEND_MASKED = "full card numbers are never accepted (send it masked, e.g. 415301******1234)."
@@ -123,6 +140,10 @@ _CARD_KEY = re.compile(r"pan|card", re.IGNORECASE)
 
 # A full card number has at least 14 digits, at most one space or hyphen between two of them.
 _ASCII_DIGIT_RUN = re.compile(rb"[0-9][0-9 -]{13}")
+# The regular expression tries every digit of the body; looking for 14 bytes in a row that are
+# digits, spaces or hyphens first (a plain substring search) lets it run only where it can match.
+_DIGITS_AND_SEPARATORS_AS_ZERO = bytes.maketrans(b"123456789 -", b"00000000000")
+_FOURTEEN = b"0" * 14
 _UNICODE_ESCAPE = re.compile(rb"\\u([0-9a-fA-F]{4})")
 _ASCII_BYTES = bytes(range(128))
 _DIGIT_OR_SEPARATOR = re.compile(r"[\d -]")
@@ -136,7 +157,10 @@ def _may_hold_card_number(body: bytes) -> bool:
     escape spells a digit, a space, a hyphen or half of a surrogate pair, or the text has a
     digit outside ASCII, a run of digits in any value is also a run of ASCII digits in the body.
     (Scanning bytes for ASCII digits is several times faster than ``\\d`` over text.)"""
-    if _ASCII_DIGIT_RUN.search(body) is not None:
+    if (
+        _FOURTEEN in body.translate(_DIGITS_AND_SEPARATORS_AS_ZERO)
+        and _ASCII_DIGIT_RUN.search(body) is not None
+    ):
         return True
     for escape in _UNICODE_ESCAPE.finditer(body):
         code = int(escape.group(1), 16)
@@ -366,19 +390,32 @@ def check_rules(
             "totalAmountExcVAT + totalVATAmount",
         )
     for i, product in enumerate(receipt.products):
+        parts = product.vats
+        if len(parts) == 1:  # the usual row, checked with no loop and no call
+            part = parts[0]
+            exc, inc = part.totalAmountExcVAT, part.totalAmountIncVAT
+            if (
+                product.totalAmountExcVAT == exc
+                and product.totalAmountIncVAT == inc
+                and inc == exc + part.VATAmount
+            ):
+                continue
+        else:
+            exc = sum(v.totalAmountExcVAT for v in parts)
+            inc = sum(v.totalAmountIncVAT for v in parts)
         total(
             ("products", i, "totalAmountExcVAT"),
             product.totalAmountExcVAT,
-            sum(v.totalAmountExcVAT for v in product.vats),
+            exc,
             "the sum of its vats[].totalAmountExcVAT",
         )
         total(
             ("products", i, "totalAmountIncVAT"),
             product.totalAmountIncVAT,
-            sum(v.totalAmountIncVAT for v in product.vats),
+            inc,
             "the sum of its vats[].totalAmountIncVAT",
         )
-        for j, part in enumerate(product.vats):
+        for j, part in enumerate(parts):
             total(
                 ("products", i, "vats", j, "totalAmountIncVAT"),
                 part.totalAmountIncVAT,
@@ -401,6 +438,23 @@ def check_rules(
                     "is AC.",
                 )
             )
+    if receipt.originalReceiptId is not None and receipt.originalReceipt is not None:
+        errors.append(
+            ErrorDetail(
+                "invalid_value",
+                f"{at('originalReceipt')}: name the original once, by originalReceiptId or by "
+                "originalReceipt, not both.",
+            )
+        )
+    elif receipt.names_original and not receipt.is_return:
+        named = "originalReceiptId" if receipt.originalReceiptId is not None else "originalReceipt"
+        errors.append(
+            ErrorDetail(
+                "invalid_value",
+                f"{at(named)}: only a return names an original (type RETURN or "
+                "PURCHASE_AND_RETURN, or a row with a negative quantity or amount).",
+            )
+        )
     if receipt.attachments and not attachments_enabled:
         errors.append(
             ErrorDetail(

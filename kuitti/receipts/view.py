@@ -9,6 +9,10 @@ one model, so they carry the same content. Formatting rules:
 - dates and times are shown in the receipt's own UTC offset (a 14:03 receipt says 14:03);
 - card numbers are shown masked only (at most the first six and last four digits);
 - a verification block never makes building the view fail: its result says what went wrong.
+
+Why one long module: it is one model covering every part a receipt can have (rows, discounts,
+journeys, attachments, verifications), each a small dataclass with its builder beside it; the
+page and the PDF must see all of it the same way.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from kuitti.receipts import schema
 from kuitti.receipts.formats import ocmf
 from kuitti.receipts.formats.codes import Symbology, choose_symbology
 from kuitti.receipts.formats.ocmf import VerificationResult
+from kuitti.receipts.relations import NO_RELATIONS, RelatedReceipt, Relations
 
 Pairs = tuple[tuple[str, str], ...]
 
@@ -211,6 +216,8 @@ class ReceiptView:
     custom_attributes: Pairs
     attachments: tuple[AttachmentView, ...]
     verifications: tuple[VerificationView, ...]
+    # "Return of receipt …" on a return, "Returned on …" on its purchase (one line each)
+    relations: tuple[str, ...] = ()
 
     @property
     def title(self) -> str:
@@ -568,10 +575,30 @@ def parse_document(document: schema.Receipt | str | bytes) -> schema.Receipt:
     return schema.Receipt.model_validate_json(document)
 
 
-def build_view(document: schema.Receipt | str | bytes, *, locale: str = "en") -> ReceiptView:
+def relation_lines(relations: Relations, language: Language) -> tuple[str, ...]:
+    """The relation of a return and its purchase, one line per related receipt."""
+    lines = []
+    if relations.original is not None:
+        lines.append(_relation_line("return_of", relations.original, language))
+    lines.extend(_relation_line("returned_on", r, language) for r in relations.returns)
+    return tuple(lines)
+
+
+def _relation_line(key: str, related: RelatedReceipt, language: Language) -> str:
+    date = datetime_text(related.moment, language, "short")
+    return translate(key, language).format(number=related.number, date=date)
+
+
+def build_view(
+    document: schema.Receipt | str | bytes,
+    *,
+    locale: str = "en",
+    relations: Relations = NO_RELATIONS,
+) -> ReceiptView:
     """The view model of a validated receipt document, formatted for ``locale`` (fi, sv, en).
 
-    ``document`` is the validated model, or the stored JSON text (``models.Receipt.document``)."""
+    ``document`` is the validated model, or the stored JSON text (``models.Receipt.document``);
+    ``relations`` its return's original or its purchase's returns."""
     document = parse_document(document)
     language = as_language(locale)
     f = Formatter(language, document.currencyISOCode)
@@ -609,4 +636,5 @@ def build_view(document: schema.Receipt | str | bytes, *, locale: str = "en") ->
         custom_attributes=_pairs(document.customAttributes),
         attachments=tuple(_attachment(a, f) for a in document.attachments or ()),
         verifications=tuple(_verification(v, f) for v in document.verifications or ()),
+        relations=relation_lines(relations, language),
     )

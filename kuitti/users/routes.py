@@ -13,18 +13,22 @@ from starlette.responses import Response
 from kuitti.clock import as_utc
 from kuitti.delivery.links import private_link
 from kuitti.deps import ReadSession, ServicesDep, WriteSession
+from kuitti.i18n import Language
 from kuitti.models import Connection, User
-from kuitti.receipts.view import format_money
+from kuitti.receipts.relations import relations
+from kuitti.receipts.view import format_money, relation_lines
 from kuitti.users import service as users
 from kuitti.users.sessions import CurrentUser, RequireUser, redirect
 from kuitti.users.sessions import router as sessions_router
-from kuitti.web import SESSION_COOKIE, check_csrf, render
+from kuitti.web import SESSION_COOKIE, CsrfForm, check_csrf, render
 
 # The account page writes amounts the Finnish way with the currency code: "14,98 EUR".
 ACCOUNT_LOCALE = "fi"
 
 router = APIRouter(include_in_schema=False)
 router.include_router(sessions_router)
+
+PasswordForm = Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)]
 
 
 def message_page(
@@ -77,13 +81,13 @@ def verify_email(
 def resend_verification(
     request: Request,
     services: ServicesDep,
-    session: WriteSession,
     user: RequireUser,
-    csrf_token: Annotated[str | None, Form()] = None,
+    csrf_token: CsrfForm = None,
 ) -> Response:
     check_csrf(request, csrf_token)
-    if user.email_verified_at is None:
-        users.send_verification_mail(session, services.settings, user, now=services.clock.now())
+    with services.db.session() as session:
+        if user.email_verified_at is None:
+            users.send_verification_mail(session, services.settings, user, now=services.clock.now())
     return _account_message(
         request,
         "Check your e-mail",
@@ -100,12 +104,12 @@ def password_reset_page(request: Request, user: CurrentUser) -> Response:
 def password_reset_request(
     request: Request,
     services: ServicesDep,
-    session: WriteSession,
     email: Annotated[str, Form(max_length=320)] = "",
-    csrf_token: Annotated[str | None, Form()] = None,
+    csrf_token: CsrfForm = None,
 ) -> Response:
     check_csrf(request, csrf_token)
-    users.request_password_reset(session, services.settings, email, now=services.clock.now())
+    with services.db.session() as session:
+        users.request_password_reset(session, services.settings, email, now=services.clock.now())
     # The same answer whether or not the address has an account (no address probing).
     return message_page(
         request,
@@ -132,20 +136,23 @@ def new_password_submit(
     request: Request,
     token: str,
     services: ServicesDep,
-    session: WriteSession,
-    password: Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)] = "",
-    csrf_token: Annotated[str | None, Form()] = None,
+    password: PasswordForm = "",
+    csrf_token: CsrfForm = None,
 ) -> Response:
     check_csrf(request, csrf_token)
-    try:
-        user = users.reset_password(session, token, password, now=services.clock.now())
-    except users.UserInputError as exc:
-        return render(
-            request, "users/new_password.html", {"token": token, "error": str(exc)}, status_code=400
-        )
-    if user is None:
-        return _dead_reset_link(request)
-    return redirect(request, "/login?reset=1")
+    with services.db.session() as session:
+        try:
+            user = users.reset_password(session, token, password, now=services.clock.now())
+        except users.UserInputError as exc:
+            return render(
+                request,
+                "users/new_password.html",
+                {"token": token, "error": str(exc)},
+                status_code=400,
+            )
+        if user is None:
+            return _dead_reset_link(request)
+        return redirect(request, "/login?reset=1")
 
 
 def _dead_reset_link(request: Request) -> Response:
@@ -172,6 +179,7 @@ def account_page(
             "receipt_time": as_utc(r.receipt_time),
             "total": format_money(r.total, r.currency, ACCOUNT_LOCALE, code=True),
             "link": private_link(settings, r.id),
+            "relations": relation_lines(relations(session, r), Language.EN),
         }
         for r in users.user_receipts(session, user.id)
     ]
@@ -192,19 +200,19 @@ def remove_connection(
     request: Request,
     service_id: str,
     services: ServicesDep,
-    session: WriteSession,
     user: RequireUser,
-    csrf_token: Annotated[str | None, Form()] = None,
+    csrf_token: CsrfForm = None,
 ) -> Response:
     check_csrf(request, csrf_token)
-    try:
-        connection = session.get(Connection, uuid.UUID(service_id))
-    except ValueError:
-        connection = None
-    # Someone else's connection looks exactly like one that does not exist.
-    if connection is not None and connection.user_id == user.id:
-        users.revoke_connection(session, connection, now=services.clock.now())
-    return redirect(request, "/account")
+    with services.db.session() as session:
+        try:
+            connection = session.get(Connection, uuid.UUID(service_id))
+        except ValueError:
+            connection = None
+        # Someone else's connection looks exactly like one that does not exist.
+        if connection is not None and connection.user_id == user.id:
+            users.revoke_connection(session, connection, now=services.clock.now())
+        return redirect(request, "/account")
 
 
 @router.get("/account/export")
@@ -226,28 +234,28 @@ def export(services: ServicesDep, session: ReadSession, user: RequireUser) -> Re
 def delete_account(
     request: Request,
     services: ServicesDep,
-    session: WriteSession,
     user: RequireUser,
-    password: Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)] = "",
-    csrf_token: Annotated[str | None, Form()] = None,
+    password: PasswordForm = "",
+    csrf_token: CsrfForm = None,
 ) -> Response:
     check_csrf(request, csrf_token)
-    fresh = session.get(User, user.id)
-    assert fresh is not None
-    if not users.password_matches(fresh.password_hash, password):
-        return message_page(
+    with services.db.session() as session:
+        fresh = session.get(User, user.id)
+        assert fresh is not None
+        if not users.password_matches(fresh.password_hash, password):
+            return message_page(
+                request,
+                "The account was not deleted",
+                "The password was wrong. Nothing was changed.",
+                link=("/account", "Back to your account"),
+                status_code=400,
+            )
+        users.delete_account(session, fresh, now=services.clock.now())
+        response = message_page(
             request,
-            "The account was not deleted",
-            "The password was wrong. Nothing was changed.",
-            link=("/account", "Back to your account"),
-            status_code=400,
+            "Your account is deleted",
+            "Your connections were removed and the applications were told. Your e-mail address "
+            "and password are gone from kuitti.",
         )
-    users.delete_account(session, fresh, now=services.clock.now())
-    response = message_page(
-        request,
-        "Your account is deleted",
-        "Your connections were removed and the applications were told. Your e-mail address "
-        "and password are gone from kuitti.",
-    )
-    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="lax")
-    return response
+        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="lax")
+        return response

@@ -1,4 +1,9 @@
-"""Service user accounts. Passwords are hashed with argon2id."""
+"""Service user accounts. Passwords are hashed with argon2id.
+
+Why one long module: accounts, their e-mail tokens (verification, reset), login throttling,
+export and deletion are one table family with rules that refer to each other (deletion ends
+sessions and tokens; a reset verifies the address).
+"""
 
 from __future__ import annotations
 

@@ -17,15 +17,18 @@ from urllib.parse import quote, urlsplit
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse
+from sqlalchemy.orm import Session
 from starlette.responses import Response
 
-from kuitti.deps import Now, ReadSession, ServicesDep, WriteSession
+from kuitti.deps import Now, ReadSession, ServicesDep, release_connection
 from kuitti.errors import KuittiError
 from kuitti.metrics import LOGINS
 from kuitti.models import User
+from kuitti.services import Services
 from kuitti.users import service as users
 from kuitti.web import (
     SESSION_COOKIE,
+    CsrfForm,
     check_csrf,
     render,
     renew_csrf_token,
@@ -81,7 +84,9 @@ def _current_user(request: Request, session: ReadSession, now: Now) -> User | No
     token = request.cookies.get(SESSION_COOKIE)
     if not token:
         return None
-    return users.user_for_session(session, token, now=now)
+    user = users.user_for_session(session, token, now=now)
+    release_connection(session, user)
+    return user
 
 
 CurrentUser = Annotated[User | None, Depends(_current_user)]
@@ -166,7 +171,6 @@ def _form_unless_logged_in(
 def _submit(
     request: Request,
     services: ServicesDep,
-    session: WriteSession,
     *,
     action: str,
     email: str,
@@ -175,8 +179,29 @@ def _submit(
     csrf_token: str | None,
 ) -> Response:
     check_csrf(request, csrf_token)
+    with services.db.session() as session:
+        return _log_in_or_sign_up(
+            request,
+            services,
+            session,
+            action=action,
+            email=email,
+            password=password,
+            target=safe_next(next_path),
+        )
+
+
+def _log_in_or_sign_up(
+    request: Request,
+    services: Services,
+    session: Session,
+    *,
+    action: str,
+    email: str,
+    password: str,
+    target: str,
+) -> Response:
     now = services.clock.now()
-    target = safe_next(next_path)
     if action == "signup":
         try:
             user = users.create_user(session, email, password, now=now, verified=False)
@@ -239,17 +264,15 @@ def _submit_endpoint(default_action: str) -> Callable[..., Response]:
     def submit(
         request: Request,
         services: ServicesDep,
-        session: WriteSession,
         email: Annotated[str, Form(max_length=320)] = "",
         password: Annotated[str, Form(max_length=users.MAX_PASSWORD_LENGTH)] = "",
         action: Annotated[str, Form()] = default_action,
         next: Annotated[str, Form()] = DEFAULT_NEXT,
-        csrf_token: Annotated[str | None, Form()] = None,
+        csrf_token: CsrfForm = None,
     ) -> Response:
         return _submit(
             request,
             services,
-            session,
             action=action,
             email=email,
             password=password,
@@ -267,12 +290,13 @@ signup_submit = router.post("/signup", name="signup_submit")(_submit_endpoint("s
 @router.post("/logout")
 def logout(
     request: Request,
-    session: WriteSession,
+    services: ServicesDep,
     next: Annotated[str, Form()] = "/login",
-    csrf_token: Annotated[str | None, Form()] = None,
+    csrf_token: CsrfForm = None,
 ) -> Response:
     check_csrf(request, csrf_token)
-    users.end_session(session, request.cookies.get(SESSION_COOKIE))
+    with services.db.session() as session:
+        users.end_session(session, request.cookies.get(SESSION_COOKIE))
     response = redirect(request, safe_next(next, "/login"))
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="lax")
     return response

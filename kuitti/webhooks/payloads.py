@@ -61,18 +61,29 @@ class _ConnectionPayload(WebhookPayload):
 
 
 class ReceiptNotification(_ConnectionPayload):
-    """A receipt became the user's."""
+    """A receipt became the user's. ``related_receipt_id``: for a return, the purchase it
+    returns, when the user has that too."""
+
+    OMITTED_WHEN_NONE = frozenset({"partner_metadata", "related_receipt_id"})
 
     notification_type: Literal[NotificationType.RECEIPT] = NotificationType.RECEIPT
     service_id: uuid.UUID
     receipt_id: uuid.UUID
+    related_receipt_id: uuid.UUID | None = None
     partner_metadata: dict[str, Any] | None = None
 
     @classmethod
-    def about(cls, connection: Connection, *, receipt_id: uuid.UUID) -> ReceiptNotification:
+    def about(
+        cls,
+        connection: Connection,
+        *,
+        receipt_id: uuid.UUID,
+        related_receipt_id: uuid.UUID | None = None,
+    ) -> ReceiptNotification:
         return cls(
             service_id=connection.id,
             receipt_id=receipt_id,
+            related_receipt_id=related_receipt_id,
             partner_metadata=connection.partner_metadata or None,
         )
 

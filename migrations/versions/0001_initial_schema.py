@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-23 16:39:08.203414
+Create Date: 2026-11-23 18:58:11.932123
 """
 
 from collections.abc import Sequence
@@ -54,6 +54,7 @@ def upgrade() -> None:
         sa.Column("bic", sa.String(length=11), nullable=True),
         sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
         sa.Column("disabled_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("sandbox", sa.Boolean(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_partners")),
         sa.UniqueConstraint("api_key_hash", name=op.f("uq_partners_api_key_hash")),
         sa.UniqueConstraint("client_id", name=op.f("uq_partners_client_id")),
@@ -81,6 +82,7 @@ def upgrade() -> None:
         sa.Column("holder_name", sa.String(length=200), nullable=True),
         sa.Column("user_id", sa.Uuid(), nullable=True),
         sa.Column("pilot", sa.Boolean(), nullable=False),
+        sa.Column("sandbox", sa.Boolean(), nullable=False),
         sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
         sa.Column("deleted_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
@@ -171,13 +173,39 @@ def upgrade() -> None:
         sa.Column("currency", sa.String(length=3), nullable=False),
         sa.Column("token_statuses", sa.JSON(), nullable=False),
         sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("original_receipt_id", sa.Uuid(), nullable=True),
+        sa.Column("return_count", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("sandbox", sa.Boolean(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["original_receipt_id"],
+            ["receipts.id"],
+            name=op.f("fk_receipts_original_receipt_id_receipts"),
+        ),
         sa.ForeignKeyConstraint(
             ["partner_id"], ["partners.id"], name=op.f("fk_receipts_partner_id_partners")
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_receipts")),
     )
     with op.batch_alter_table("receipts", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_receipts_partner_id"), ["partner_id"], unique=False)
+        batch_op.create_index(
+            "ix_receipts_original",
+            ["original_receipt_id"],
+            unique=False,
+            postgresql_where=sa.text("original_receipt_id IS NOT NULL"),
+            sqlite_where=sa.text("original_receipt_id IS NOT NULL"),
+        )
+        batch_op.create_index(
+            "ix_receipts_partner_number",
+            ["partner_id", "receipt_number", "receipt_time"],
+            unique=False,
+        )
+        batch_op.create_index(
+            "ix_receipts_sandbox_created",
+            ["created_at"],
+            unique=False,
+            sqlite_where=sa.text("sandbox"),
+            postgresql_where=sa.text("sandbox"),
+        )
 
     op.create_table(
         "user_sessions",
@@ -253,6 +281,7 @@ def upgrade() -> None:
         sa.Column("reference_number", sa.String(length=200), nullable=True),
         sa.Column("settle_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("reason", sa.JSON(), nullable=False),
+        sa.Column("sandbox", sa.Boolean(), nullable=False),
         sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
         sa.Column("updated_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
@@ -331,6 +360,7 @@ def upgrade() -> None:
         sa.Column("text_body", sa.Text(), nullable=False),
         sa.Column("html_body", sa.Text(), nullable=True),
         sa.Column("receipt_pdf_id", sa.Uuid(), nullable=True),
+        sa.Column("sandbox", sa.Boolean(), nullable=False),
         sa.Column("last_error", sa.String(length=1000), nullable=True),
         sa.Column("sent_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("status", sa.String(length=16), nullable=False),
@@ -697,7 +727,17 @@ def downgrade() -> None:
 
     op.drop_table("user_sessions")
     with op.batch_alter_table("receipts", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_receipts_partner_id"))
+        batch_op.drop_index(
+            "ix_receipts_sandbox_created",
+            sqlite_where=sa.text("sandbox"),
+            postgresql_where=sa.text("sandbox"),
+        )
+        batch_op.drop_index("ix_receipts_partner_number")
+        batch_op.drop_index(
+            "ix_receipts_original",
+            postgresql_where=sa.text("original_receipt_id IS NOT NULL"),
+            sqlite_where=sa.text("original_receipt_id IS NOT NULL"),
+        )
 
     op.drop_table("receipts")
     with op.batch_alter_table("namespaces", schema=None) as batch_op:

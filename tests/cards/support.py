@@ -3,7 +3,9 @@ that post cards, transactions and receipts through the real HTTP API."""
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +19,7 @@ from kuitti.cards.service import check_card_request, enroll_card
 from kuitti.cards.settler import settle_due_matches
 from kuitti.clock import FrozenClock
 from kuitti.models import (
+    Card,
     Connection,
     PartnerRole,
     ReceiptDelivery,
@@ -81,8 +84,6 @@ class World:
         card_id: str = answer.json()["service_card_id"]
         holder = user or (self.user if link else None)
         if holder is not None:
-            from kuitti.models import Card
-
             with self.services.db.session() as session:
                 card = session.get(Card, uuid.UUID(card_id))
                 assert card is not None
@@ -254,3 +255,21 @@ def two_card_payments(first: dict[str, Any], second: dict[str, Any]) -> dict[str
         card_payment(total - 500, **second),
     ]
     return doc
+
+
+def race(*calls: Callable[[], Any]) -> list[Any]:
+    """Run the calls on threads released together; their results in order."""
+    barrier = threading.Barrier(len(calls))
+    answers: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        answers[i] = calls[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert all(a is not None for a in answers)
+    return [a for a in answers if a is not None]

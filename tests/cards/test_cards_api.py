@@ -242,17 +242,46 @@ class TestTransactions:
         assert answer.json()["error"] == code
 
 
+class TestRejectedBeforeTheWriteUnit:
+    """A refused body never waits for the database's writer: the write unit opens only once the
+    request is accepted (``kuitti/deps.py``)."""
+
+    @pytest.mark.parametrize(
+        ("path", "body"),
+        [
+            ("/api/v1/cards/", {**CARD, "masked_pan": FULL_PAN}),
+            ("/api/v1/card-transactions/", {"transaction_type": "refund"}),
+            ("/api/v1/cards/", b"{not json"),
+        ],
+    )
+    def test_while_another_transaction_holds_the_write_lock(
+        self, world: World, path: str, body: dict[str, object] | bytes
+    ) -> None:
+        content = body if isinstance(body, bytes) else orjson.dumps(body)
+        headers = {**auth(world.issuer.api_key), "Content-Type": "application/json"}
+        with world.services.db.session() as held:  # SQLite: BEGIN IMMEDIATE, the one writer
+            held.execute(text("UPDATE partners SET name = name"))
+            answer = world.client.post(path, content=content, headers=headers, timeout=10)
+        assert answer.status_code == 400, answer.text
+
+
 class TestCardForToken:
     def test_unique_partner_card_id_with_agreeing_pan(self, world: World) -> None:
         card = world.enroll()
         with world.services.db.session(write=False) as session:
-            found = card_for_token(session, "card-1", "************1234", None)
+            found = card_for_token(session, "card-1", "************1234", None, sandbox=False)
             assert found is not None
             assert str(found.id) == card
-            assert card_for_token(session, "card-1", "************9999", None) is None
-            assert card_for_token(session, "card-1", "552211******1234", None) is None
-            assert card_for_token(session, "card-1", "****", None) is None
-            assert card_for_token(session, "card-2", "************1234", None) is None
+            assert (
+                card_for_token(session, "card-1", "************9999", None, sandbox=False) is None
+            )
+            assert (
+                card_for_token(session, "card-1", "552211******1234", None, sandbox=False) is None
+            )
+            assert card_for_token(session, "card-1", "****", None, sandbox=False) is None
+            assert (
+                card_for_token(session, "card-2", "************1234", None, sandbox=False) is None
+            )
 
     def test_the_namespace_names_the_issuer(self, world: World) -> None:
         bank = make_partner(
@@ -262,14 +291,21 @@ class TestCardForToken:
         other = world.enroll(issuer=bank)
         with world.services.db.session(write=False) as session:
             # Without a namespace the id is ambiguous across issuers.
-            assert card_for_token(session, "card-1", "415301******1234", None) is None
-            found = card_for_token(session, "card-1", "415301******1234", "toinen")
+            assert (
+                card_for_token(session, "card-1", "415301******1234", None, sandbox=False) is None
+            )
+            found = card_for_token(session, "card-1", "415301******1234", "toinen", sandbox=False)
             assert found is not None
             assert str(found.id) == other
-            assert card_for_token(session, "card-1", "415301******1234", "nobody") is None
+            assert (
+                card_for_token(session, "card-1", "415301******1234", "nobody", sandbox=False)
+                is None
+            )
 
     def test_deleted_cards_never_match(self, world: World) -> None:
         card = world.enroll()
         world.client.delete(f"/api/v1/cards/{card}/", headers=auth(world.issuer.api_key))
         with world.services.db.session(write=False) as session:
-            assert card_for_token(session, "card-1", "415301******1234", None) is None
+            assert (
+                card_for_token(session, "card-1", "415301******1234", None, sandbox=False) is None
+            )

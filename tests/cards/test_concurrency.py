@@ -4,34 +4,14 @@ lock decides; SQLite serialises writers)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 
-from tests.cards.support import MID, PAID_AT, World, iso
+from tests.cards.support import MID, PAID_AT, World, iso, race
 from tests.factories import auth, receipt_doc
 
 ROUNDS = 12
-
-
-def _race(*calls: Callable[[], Any]) -> list[Any]:
-    """Run the calls on threads released together; their results in order."""
-    barrier = threading.Barrier(len(calls))
-    answers: list[Any] = [None] * len(calls)
-
-    def run(i: int) -> None:
-        barrier.wait()
-        answers[i] = calls[i]()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert all(a is not None for a in answers)
-    return [a for a in answers if a is not None]
 
 
 def _auth(code: str) -> dict[str, Any]:
@@ -62,7 +42,7 @@ class TestSimultaneousArrival:
                 doc = receipt_doc()
                 doc["payments"][0]["attributes"]["authorizationCode"] = code
                 txn = _auth(code)
-                receipt_answer, txn_answer = _race(
+                receipt_answer, txn_answer = race(
                     lambda doc=doc: a.post(  # type: ignore[misc]
                         "/api/v1/receipts/", json=doc, headers=auth(world.merchant.api_key)
                     ),
@@ -89,7 +69,7 @@ class TestSimultaneousArrival:
                 code = f"W{n:05d}"
                 receipt = world.receipt(authorizationCode=code, match=False)
                 txn = _auth(code)
-                [_, txn_answer] = _race(
+                [_, txn_answer] = race(
                     world.settle,
                     lambda txn=txn: b.post(  # type: ignore[misc]
                         "/api/v1/card-transactions/", json=txn, headers=auth(world.issuer.api_key)
@@ -110,10 +90,10 @@ class TestSimultaneousArrival:
             httpx.Client(base_url=url, timeout=30) as a,
             httpx.Client(base_url=url, timeout=30) as b,
         ):
-            answers = _race(
+            answers = race(
                 lambda: a.post("/api/v1/receipts/", json=doc, headers=auth(world.merchant.api_key)),
                 lambda: b.post("/api/v1/receipts/", json=doc, headers=auth(world.merchant.api_key)),
             )
         assert [x.status_code for x in answers] == [200, 200]
-        _race(world.settle, world.settle)  # two workers' steps
+        race(world.settle, world.settle)  # two workers' steps
         assert len(world.matches()) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from tests.cards.support import AUTH_CODE, PAID_AT, REFERENCE, World
+from tests.factories import receipt_doc
 
 
 class TestStrongFit:
@@ -248,7 +249,6 @@ class TestUnmatchable:
         assert world.explain(receipt)["card_payments"][0]["status"] == "unmatchable"
 
     def test_a_receipt_without_card_payments_has_nothing_to_match(self, world: World) -> None:
-        from tests.factories import receipt_doc
 
         doc = receipt_doc(payments=[{"type": "CASH", "amount": 849}])
         receipt = world.receipt(doc)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 from kuitti.cards.service import check_card_request, enroll_card
 from kuitti.delivery.links import private_link
-from kuitti.models import PartnerRole
+from kuitti.models import Card, PartnerRole
 from tests.cards.support import AUTH_CODE, HOOK, PAID_AT, REFERENCE, World, connect_app
 from tests.factories import add_connection, auth, make_partner, receipt_doc
 
@@ -125,7 +126,6 @@ class TestFullReceiptNotification:
         [row] = world.webhooks("full_receipt_notification")
         assert row["partner_id"] == bank.partner.id
         assert row["bare"] is False
-        import uuid
 
         assert row["body"] == {
             "service_id": None,
@@ -137,7 +137,6 @@ class TestFullReceiptNotification:
         assert world.webhooks("receipt_notification") == []
 
     def test_service_id_is_the_pilot_users_connection_to_the_bank(self, world: World) -> None:
-        from kuitti.models import Card
 
         bank = make_partner(
             world.services, PartnerRole.BANK_PILOT, name="Pilot Bank", webhook_url=HOOK

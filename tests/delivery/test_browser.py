@@ -14,7 +14,9 @@ import zxingcpp
 from PIL import Image
 from playwright.sync_api import Browser, Page
 from pypdf import PdfReader
+from sqlalchemy import select
 
+from kuitti.models import ReceiptLink, User
 from kuitti.services import Services
 from tests.browser import needs_chromium
 from tests.conftest import LiveServer
@@ -204,10 +206,6 @@ class TestLinkPageInBrowser:
         assert "Kvittot finns nu på ditt konto." in page.locator("main").inner_text()
         page.screenshot(path=str(ARTIFACTS / "receipt-link-imported-phone.png"))
         with services.db.session(write=False) as session:
-            from sqlalchemy import select
-
-            from kuitti.models import ReceiptLink, User
-
             user = session.scalar(select(User).where(User.email == "uusi@example.com"))
             receipt = session.get(ReceiptLink, ("kauppa", "B-1"))
             assert user is not None

@@ -18,20 +18,33 @@ from tests.factories import receipt_doc, token_body
 from tests.oauth.flow import log_in
 
 
+class Checkouts(list[object]):
+    """The connections taken from the pool meanwhile, the live server's included, and the
+    most held at once."""
+
+    held = 0
+    most_held = 0
+
+
 @contextmanager
-def checkouts(services: Services) -> Iterator[list[object]]:
-    """The connections taken from the pool meanwhile (one per session that touched the
-    database), the live server's included."""
-    taken: list[object] = []
+def checkouts(services: Services) -> Iterator[Checkouts]:
+    taken = Checkouts()
 
-    def count(connection: object, *_args: object) -> None:
+    def out(connection: object, *_args: object) -> None:
         taken.append(connection)
+        taken.held += 1
+        taken.most_held = max(taken.most_held, taken.held)
 
-    event.listen(services.db.engine, "checkout", count)
+    def back(*_args: object) -> None:
+        taken.held -= 1
+
+    event.listen(services.db.engine, "checkout", out)
+    event.listen(services.db.engine, "checkin", back)
     try:
         yield taken
     finally:
-        event.remove(services.db.engine, "checkout", count)
+        event.remove(services.db.engine, "checkout", out)
+        event.remove(services.db.engine, "checkin", back)
 
 
 def link_page(client: httpx.Client, merchant: NewPartner) -> str:
@@ -55,10 +68,12 @@ def test_a_link_page_reads_through_one_session(
 def test_with_a_logged_in_reader_and_for_the_pdf_too(
     client: httpx.Client, services: Services, merchant: NewPartner, user: User
 ) -> None:
+    """The login cookie is checked first and its connection handed back before the page
+    reads (``deps.release_connection``): one session, never two connections at once."""
     path = link_page(client, merchant)
     log_in(client, user.email)
-    for address in (path, f"{path}/pdf"):
+    for address, connections in ((path, 2), (f"{path}/pdf", 1)):
         with checkouts(services) as taken:
             answer = client.get(address)
         assert answer.status_code == 200
-        assert len(taken) == 1, address
+        assert (len(taken), taken.most_held) == (connections, 1), address

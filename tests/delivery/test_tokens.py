@@ -8,9 +8,11 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from sqlalchemy import select
 
 from kuitti.clock import FrozenClock
-from kuitti.models import PartnerRole, User
+from kuitti.delivery import qr
+from kuitti.models import Connection, DynamicQrCode, PartnerRole, User
 from kuitti.partners.service import NewPartner
 from kuitti.services import Services
 from tests.delivery.support import (
@@ -196,12 +198,9 @@ class TestDynamicQrCode:
         assert owners(services, late.json()["receipt_id"]) == []
 
     def test_lifetime_is_a_setting(self, services: Services, user: User) -> None:
-        from kuitti.delivery import qr
 
         connected = connect(services, make_app(services), user)
         with services.db.session() as session:
-            from kuitti.models import Connection
-
             connection = session.get(Connection, connected.connection_id)
             assert connection is not None
             issued = qr.issue_qr_code(session, connection, ttl_seconds=30, now=services.clock.now())
@@ -226,7 +225,6 @@ class TestDynamicQrCode:
     def test_revoked_connection_is_unmatched(
         self, client: httpx.Client, services: Services, merchant: NewPartner, user: User
     ) -> None:
-        from kuitti.models import Connection
 
         connected = connect(services, make_app(services), user)
         code = client.post("/api/v1/qr-codes/", headers=connected.app_headers()).json()
@@ -241,9 +239,6 @@ class TestDynamicQrCode:
     def test_only_the_hash_of_a_value_is_stored(
         self, client: httpx.Client, services: Services, user: User
     ) -> None:
-        from sqlalchemy import select
-
-        from kuitti.models import DynamicQrCode
 
         connected = connect(services, make_app(services), user)
         value = client.post("/api/v1/qr-codes/", headers=connected.app_headers()).json()["value"]
@@ -420,7 +415,6 @@ class TestUserToken:
     def test_a_read_only_or_revoked_token_is_unmatched(
         self, client: httpx.Client, services: Services, merchant: NewPartner, user: User
     ) -> None:
-        from kuitti.models import Connection
 
         read_only = connect(services, make_app(services), user, scope="receipt:read")
         other = make_user(services, "toinen@example.com")

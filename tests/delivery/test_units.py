@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 
+import orjson
+
 from kuitti.delivery.linkpage import LinkPage, _ViewCache
 from kuitti.delivery.ratelimit import RateLimiter
 from kuitti.i18n import Language
@@ -31,11 +33,10 @@ class TestRateLimiter:
 
 class TestViewCache:
     def test_least_recently_used_goes_first(self) -> None:
-        import orjson
 
         cache = _ViewCache(2)
         view = build_view(orjson.dumps(receipt_doc()).decode())
-        keys = [(uuid.uuid4(), Language.EN) for _ in range(3)]
+        keys = [(uuid.uuid4(), Language.EN, "") for _ in range(3)]
         cache.put(keys[0], (view, []))
         cache.put(keys[1], (view, []))
         assert cache.get(keys[0]) is not None  # now the most recent

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import re
 import secrets
 import uuid
@@ -94,7 +95,6 @@ def consent(
 
 
 def _unescape(value: str) -> str:
-    import html
 
     return html.unescape(value)
 

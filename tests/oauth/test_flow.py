@@ -11,6 +11,7 @@ import httpx
 import jwt
 import pytest
 from authlib.deprecate import AuthlibDeprecationWarning
+from authlib.integrations.httpx_client import OAuth2Client
 from sqlalchemy import func, select
 
 from kuitti.models import Connection, WebhookDelivery
@@ -32,7 +33,6 @@ with warnings.catch_warnings():
     # Authlib 1.9 prefers the httpx2 package and warns when it falls back to httpx.
     # Imported above first: importing authlib.deprecate installs an "always" filter of its own.
     warnings.filterwarnings("ignore", "The httpx module", AuthlibDeprecationWarning)
-    from authlib.integrations.httpx_client import OAuth2Client
 
 
 def browser_approves(client: httpx.Client, url: str) -> str:

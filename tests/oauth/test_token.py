@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
+from concurrent.futures import ThreadPoolExecutor
+from threading import Barrier
 
 import httpx
 import pytest
@@ -13,7 +15,7 @@ from joserfc.jwk import ECKey
 from sqlalchemy import func, select
 
 from kuitti.clock import FrozenClock
-from kuitti.models import IssuedToken, SigningKey
+from kuitti.models import IssuedToken, SigningKey, User
 from kuitti.oauth import keys
 from kuitti.oauth.tokens import ACCESS_TOKEN_TTL_SECONDS
 from kuitti.partners.service import NewPartner
@@ -41,7 +43,6 @@ def fresh_code(client: httpx.Client, services: Services, app: NewPartner, **extr
 
 
 def _has_user(services: Services) -> bool:
-    from kuitti.models import User
 
     with services.db.session(write=False) as session:
         return session.scalar(select(func.count()).select_from(User)) != 0
@@ -336,8 +337,6 @@ class TestConcurrentExchange:
     def test_two_simultaneous_exchanges_issue_one_token(
         self, client: httpx.Client, services: Services
     ) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-        from threading import Barrier
 
         app = make_app(services)
         code = fresh_code(client, services, app)

@@ -23,6 +23,30 @@ from tests.factories import (
 
 URL = "/api/v1/receipts/"
 
+# Invalid bodies, shared with the dry run's test (tests/receipts/test_dry_run.py).
+MALFORMED_JSON = {
+    "empty": b"",
+    "truncated": b"{",
+    "text": b"not json",
+    "not-utf8": b"\xff\xfe\xfa",
+    "trailing-comma": b'{"a": 1,}',
+    "deep-nesting": b"[" * 100_000,
+}
+NOT_AN_OBJECT: dict[str, Any] = {"array": [], "string": "receipt", "num": 12, "null": None}
+# (token, a fragment of the error's text)
+MALFORMED_TOKENS: list[tuple[Any, str]] = [
+    ({"type": "CARD", "value": "415301******1234"}, "id"),
+    ({"type": "DYNAMIC_QR_CODE", "value": "abc"}, "namespace"),
+    ({"type": "RECEIPT_ID", "value": "abc"}, "namespace"),
+    ({"type": "EMAIL", "value": "not-an-address"}, "e-mail"),
+    ({"type": "USER", "token": "not.a.jwt"}, "JSON Web Token"),
+    ({"type": "USER"}, "token"),
+    ({"type": "PIGEON", "value": "x"}, "type"),
+    ({"value": "x"}, "type"),
+    ("RECEIPT_ID", "object"),
+    ({"type": "EMAIL", "value": 5}, "value"),
+]
+
 
 def receipt_count(services: Services) -> int:
     with services.db.session(write=False) as session:
@@ -167,11 +191,7 @@ class TestRequestShape:
         )
         assert response.status_code == 413
 
-    @pytest.mark.parametrize(
-        "raw",
-        [b"", b"{", b"not json", b"\xff\xfe\xfa", b'{"a": 1,}', b"[" * 100_000],
-        ids=["empty", "truncated", "text", "not-utf8", "trailing-comma", "deep-nesting"],
-    )
+    @pytest.mark.parametrize("raw", MALFORMED_JSON.values(), ids=MALFORMED_JSON.keys())
     def test_malformed_json(self, client: httpx.Client, services: Services, raw: bytes) -> None:
         merchant = make_partner(services)
         response = client.post(
@@ -180,9 +200,7 @@ class TestRequestShape:
         assert response.status_code == 400
         assert response.json()["error"] == "malformed_json"
 
-    @pytest.mark.parametrize(
-        "body", [[], "receipt", 12, None], ids=["array", "string", "num", "null"]
-    )
+    @pytest.mark.parametrize("body", NOT_AN_OBJECT.values(), ids=NOT_AN_OBJECT.keys())
     def test_body_of_wrong_json_type(
         self, client: httpx.Client, services: Services, body: Any
     ) -> None:
@@ -267,21 +285,7 @@ class TestTokenForm:
             )
         assert receipt_count(services) == 2
 
-    @pytest.mark.parametrize(
-        ("token", "fragment"),
-        [
-            ({"type": "CARD", "value": "415301******1234"}, "id"),
-            ({"type": "DYNAMIC_QR_CODE", "value": "abc"}, "namespace"),
-            ({"type": "RECEIPT_ID", "value": "abc"}, "namespace"),
-            ({"type": "EMAIL", "value": "not-an-address"}, "e-mail"),
-            ({"type": "USER", "token": "not.a.jwt"}, "JSON Web Token"),
-            ({"type": "USER"}, "token"),
-            ({"type": "PIGEON", "value": "x"}, "type"),
-            ({"value": "x"}, "type"),
-            ("RECEIPT_ID", "object"),
-            ({"type": "EMAIL", "value": 5}, "value"),
-        ],
-    )
+    @pytest.mark.parametrize(("token", "fragment"), MALFORMED_TOKENS)
     def test_malformed_tokens(
         self, client: httpx.Client, services: Services, token: Any, fragment: str
     ) -> None:

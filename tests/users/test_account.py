@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 from sqlalchemy import func, select
@@ -103,6 +105,27 @@ class TestAccountPage:
                 data={"csrf_token": csrf_of(page)},
             )
         assert revoke_events(services) == 0
+
+    def test_more_logged_in_posts_at_once_than_the_pool_has_connections(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        """The login cookie is checked through the request's session, which hands its
+        connection back before the route opens its write unit: forty form posts against the
+        test pool of twenty never wait for a second connection while holding a first."""
+        make_user(services, "maija@example.com")
+        log_in(client, "maija@example.com")
+        token = csrf_of(client.get("/account"))
+        racers = 40
+        barrier = threading.Barrier(racers)
+
+        def remove(_: int) -> int:
+            with httpx.Client(base_url=client.base_url, cookies=client.cookies, timeout=60) as http:
+                barrier.wait()
+                path = f"/account/connections/{uuid.uuid4()}/remove"
+                return http.post(path, data={"csrf_token": token}).status_code
+
+        with ThreadPoolExecutor(racers) as pool:
+            assert list(pool.map(remove, range(racers))) == [303] * racers
 
     def test_export_holds_everything(self, client: httpx.Client, services: Services) -> None:
         app = make_app(services)

@@ -5,6 +5,9 @@ shows exactly what the Finvoice carries: seller and buyer, the receipt details b
 VAT breakdown, totals, the payment status ("paid, payable 0,00") and, in the footer of every page,
 the seller's contact details and bank account, as Finnish invoices have them. The Finvoice XML is
 embedded in the PDF as ``finvoice.xml`` (PDF/A-3 ``Source``).
+
+Why one long module: one drawing method per invoice section, in page order; the toolkit
+itself is ``pdfkit``.
 """
 
 from __future__ import annotations
@@ -207,9 +210,12 @@ def parse_finvoice(xml: bytes) -> FinvoiceData:
 
 
 class _Writer:
-    def __init__(self, data: FinvoiceData, locale: Language) -> None:
+    def __init__(
+        self, data: FinvoiceData, locale: Language, relations: tuple[str, ...] = ()
+    ) -> None:
         self.data = data
         self.locale = locale
+        self.relations = relations
         self.flow = Flow(
             page_width=A4[0],
             page_height=A4[1],
@@ -305,6 +311,11 @@ class _Writer:
             for index, line in enumerate(value_lines):
                 block.text(box_x + 6 + label_w, ry + 11 + index * 11, line, REGULAR, 8.5)
             ry += 11 * len(value_lines) + 3
+        for relation in self.relations:
+            for line in wrap(relation, BOLD, 8.5, box_w - 12, max_lines=2):
+                block.text(box_x + 6, ry + 11, line, BOLD, 8.5, color=ACCENT)
+                ry += 11
+            ry += 3
         block.rect(box_x, 26, box_w, 0.6, ACCENT)
         block.rect(box_x, ry + 4, box_w, 0.6, ACCENT)
         block.grow(max(left_height, ry + 4) + 16)
@@ -541,12 +552,20 @@ class _Writer:
 
 
 def render_finvoice_pdf(
-    xml: bytes, *, locale: str = "en", created: datetime, identity: str
+    xml: bytes,
+    *,
+    locale: str = "en",
+    created: datetime,
+    identity: str,
+    relations: tuple[str, ...] = (),
+    test_mark: bool = False,
 ) -> bytes:
-    """The Finvoice document ``xml`` as a PDF; ``created`` is the receipt's time."""
+    """The Finvoice document ``xml`` as a PDF; ``created`` is the receipt's time; ``relations``
+    the lines that relate a return and its purchase (``view.relation_lines``). ``test_mark``:
+    a sandbox receipt, marked TEST on every page (the XML itself is unchanged)."""
     data = parse_finvoice(xml)
     language = as_language(locale)
-    writer = _Writer(data, language)
+    writer = _Writer(data, language, relations)
     flow = writer.build()
     meta = Metadata(
         title=f"{data.type_text} {data.number} – {data.seller_name}",
@@ -566,4 +585,6 @@ def render_finvoice_pdf(
             relationship="Source",
         )
     ]
-    return pdfkit.render_pages(flow, meta, embedded=embedded, decorate=writer.footer)
+    return pdfkit.render_pages(
+        flow, meta, embedded=embedded, decorate=writer.footer, test_mark=test_mark
+    )

@@ -1,4 +1,5 @@
-"""The receipt as a Finvoice 3.0 document (``finvoice_xml``), a paid receipt (``REC01``/``REC02``).
+"""The receipt as a Finvoice 3.0 document (``finvoice_xml``), a paid receipt (``REC01``/``REC02``),
+or a credit note (``INV02``) for a return linked to its purchase.
 
 Mapping decisions follow the Finvoice 3.0 data list and are written up in ``docs/formats.md``.
 The essentials:
@@ -15,6 +16,10 @@ The essentials:
 - the bytes are ISO-8859-15 (what Finnish banks require); characters outside Latin-9 (emoji,
   other scripts, typographic dashes) are written as numeric character references, so the
   document stays pure Latin-9 and still carries every character exactly.
+
+Why one long module: it follows the Finvoice XSD's sequence, one writer per section in the
+schema's order, so it can be checked against the schema from top to bottom; split, that order
+would be scattered over files.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from babel.numbers import get_currency_precision
 from kuitti.receipts import schema
 from kuitti.receipts.formats import ocmf
 from kuitti.receipts.formats.codes import ean_check_valid
+from kuitti.receipts.relations import NO_RELATIONS, Relations
 from kuitti.receipts.view import mask_pan
 
 ENCODING = "ISO-8859-15"
@@ -240,11 +246,13 @@ class _Builder:
         account: SellerAccount,
         receipt_id: uuid.UUID,
         poster_name: str,
+        relations: Relations,
     ) -> None:
         self.doc = document
         self.account = account
         self.receipt_id = receipt_id
         self.poster_name = poster_name
+        self.relations = relations
         self.currency = document.currencyISOCode
         self.digits = int(get_currency_precision(self.currency))
 
@@ -333,6 +341,9 @@ class _Builder:
         self.add(party, "BuyerOrganisationName", CONSUMER)
 
     def type_code(self) -> tuple[str, str]:
+        if self.relations.original is not None:
+            # A return linked to its purchase credits that purchase: a credit note.
+            return "INV02", "HYVITYSLASKU"
         kind = self.doc.kind
         if kind == "RETURN" or (kind == "PURCHASE_AND_RETURN" and self.doc.totalPriceIncVAT < 0):
             return "REC02", "HYVITYSKUITTI"
@@ -346,6 +357,15 @@ class _Builder:
             f"(UTC{moment.strftime('%z')[:3]}:{moment.strftime('%z')[3:]})"
         ]
         lines.extend(chunks(doc.freeText, 512))
+        for returned in self.relations.returns:
+            moment = returned.moment
+            lines.extend(
+                chunks(
+                    f"Palautettu / Returned {moment.strftime('%Y-%m-%d %H:%M')} "
+                    f"(kuitti / receipt {returned.number})",
+                    512,
+                )
+            )
         for item in doc.customAttributes or ():
             for key, value in item.items():
                 lines.extend(chunks(f"{key}: {value}", 512))
@@ -394,6 +414,15 @@ class _Builder:
         self.add(details, "InvoiceNumber", text(doc.receiptNumber, 20, 1) or "-")
         date = finnish_date(doc.receipt_time)
         self.add(details, "InvoiceDate", date, Format="CCYYMMDD")
+        original = self.relations.original
+        if original is not None:
+            self.add(details, "OriginalInvoiceNumber", text(original.number, 20, 1) or "-")
+            self.add(
+                details,
+                "OriginalInvoiceDate",
+                finnish_date(original.moment),
+                Format="CCYYMMDD",
+            )
         reference = [f"receipt {doc.receiptNumber}"]
         if doc.merchant.branch is not None:
             reference = [
@@ -625,9 +654,14 @@ class _Builder:
 
 
 def finvoice_tree(
-    document: schema.Receipt, account: SellerAccount, *, receipt_id: uuid.UUID, poster_name: str
+    document: schema.Receipt,
+    account: SellerAccount,
+    *,
+    receipt_id: uuid.UUID,
+    poster_name: str,
+    relations: Relations = NO_RELATIONS,
 ) -> _Node:
-    return _Builder(document, account, receipt_id, poster_name).build()
+    return _Builder(document, account, receipt_id, poster_name, relations).build()
 
 
 def render_finvoice_xml(
@@ -636,10 +670,15 @@ def render_finvoice_xml(
     *,
     receipt_id: uuid.UUID,
     poster_name: str = "",
+    relations: Relations = NO_RELATIONS,
 ) -> bytes:
     """The Finvoice 3.0 document as ISO-8859-15 bytes. Raises ``FinvoiceLimitError`` when the
-    receipt holds an amount Finvoice cannot express."""
-    root = finvoice_tree(document, account, receipt_id=receipt_id, poster_name=poster_name)
+    receipt holds an amount Finvoice cannot express. A return linked to its purchase
+    (``relations.original``) is a credit note naming the purchase; a purchase lists its returns
+    in free text."""
+    root = finvoice_tree(
+        document, account, receipt_id=receipt_id, poster_name=poster_name, relations=relations
+    )
     out = [
         f'<?xml version="1.0" encoding="{ENCODING}"?>\n',
         # The Finvoice guidelines ask for the stylesheet reference.

@@ -21,6 +21,9 @@ fails if an upgrade moves them, rather than letting the files change silently.
 
 Drawing is typed: a block holds ``DrawOp`` values (text, rule, rectangle, code) and
 ``_draw_page`` matches them exhaustively.
+
+Why one long module: it is the one toolkit both PDFs draw with (layout, typed drawing
+operations, PDF/A finishing), and its parts only make sense together.
 """
 
 from __future__ import annotations
@@ -71,6 +74,11 @@ ACCENT: Color = (0.05, 0.33, 0.40)
 GREEN: Color = (0.05, 0.45, 0.18)
 RED: Color = (0.70, 0.08, 0.08)
 AMBER: Color = (0.60, 0.40, 0.0)
+PALE_RED: Color = (0.99, 0.86, 0.86)
+
+# The mark on every page of a sandbox receipt's PDFs (docs/sandbox.md).
+TEST_MARK = "TEST"
+TEST_NOTE = "TEST – a sandbox receipt, not a real purchase"
 
 _fonts_ready = False
 
@@ -521,8 +529,11 @@ def render_pages(
     footer: Callable[[int, int], str] | None = None,
     decorate: Callable[[Canvas, int, int, float], None] | None = None,
     fit_height: bool = False,
+    test_mark: bool = False,
 ) -> bytes:
-    """Draw the laid-out pages. ``fit_height`` crops each page to its content (till roll)."""
+    """Draw the laid-out pages. ``fit_height`` crops each page to its content (till roll);
+    ``test_mark`` marks every page TEST (a sandbox receipt), behind the content and in words
+    at the top."""
     register_fonts()
     buffer = io.BytesIO()
     canvas = Canvas(
@@ -553,6 +564,8 @@ def render_pages(
         if fit_height:
             height = min(MAX_PAGE_SIDE, page.used + flow.margin_bottom)
         canvas.setPageSize((flow.page_width, height))
+        if test_mark:
+            _draw_test_mark(canvas, flow.page_width, height, flow.margin_bottom)
         _draw_page(canvas, page, height)
         if footer is not None:
             text = footer(number, total)
@@ -565,6 +578,25 @@ def render_pages(
     _finish_pdfa(canvas, meta, embedded or [])
     canvas.save()
     return buffer.getvalue()
+
+
+def _draw_test_mark(canvas: Canvas, width: float, height: float, margin: float) -> None:
+    """A large pale TEST across the page (drawn first, so the receipt stays legible over it;
+    opaque colours only, as PDF/A prefers) and a red line saying what it means."""
+    canvas.saveState()
+    size = min(width, height) / 3.2
+    canvas.setFont(BOLD, size)
+    canvas.setFillColorRGB(*PALE_RED)
+    canvas.translate(width / 2, height / 2)
+    if height > width / 2:
+        canvas.rotate(35)
+    canvas.drawCentredString(0, -size / 3, TEST_MARK)
+    canvas.restoreState()
+    canvas.saveState()
+    canvas.setFont(BOLD, 8)
+    canvas.setFillColorRGB(*RED)
+    canvas.drawCentredString(width / 2, height - min(margin, 24) / 2 - 4, TEST_NOTE)
+    canvas.restoreState()
 
 
 def _draw_page(canvas: Canvas, page: Page, height: float) -> None:

@@ -29,7 +29,8 @@ from kuitti.receipts.formats import (
     service_pdf,
 )
 from kuitti.receipts.formats.layout import Layout
-from kuitti.receipts.view import build_view, parse_document
+from kuitti.receipts.relations import NO_RELATIONS, Relations, relations_key
+from kuitti.receipts.view import build_view, parse_document, relation_lines
 
 # Bump when a renderer's output changes, so ETags and cached bytes change with it.
 RENDERER_VERSION = "1"
@@ -88,7 +89,11 @@ cache = RenderCache()
 def _key_parts(
     receipt: Receipt, poster: Partner, fmt: DataFormat, layout: Layout, locale: str
 ) -> tuple[str, ...]:
-    base = (RENDERER_VERSION, str(receipt.id), receipt.document_hash, fmt.value)
+    base: tuple[str, ...] = (RENDERER_VERSION, str(receipt.id), receipt.document_hash, fmt.value)
+    related = relations_key(receipt)
+    if related and fmt is not DataFormat.SERVICE_JSON:
+        # Every rendering but the JSON shows a return's original and a purchase's returns.
+        base = (*base, related)
     match fmt:
         case DataFormat.SERVICE_JSON:
             return base
@@ -110,7 +115,8 @@ def etag(
     layout: Layout = Layout.A4,
     locale: str = "en",
 ) -> str:
-    """A strong ETag for the rendering (no rendering needed)."""
+    """A strong ETag for the rendering (no rendering needed: the relations' part of the key is
+    read from the receipt row)."""
     digest = hashlib.sha256("\x1f".join(_key_parts(receipt, poster, fmt, layout, locale)).encode())
     return f'"{digest.hexdigest()[:32]}"'
 
@@ -122,44 +128,57 @@ def render(
     *,
     layout: Layout = Layout.A4,
     locale: str = "en",
+    relations: Relations = NO_RELATIONS,
 ) -> Rendered:
     """The receipt in the requested format. ``poster`` is the partner that posted it (Finvoice
     needs its bank account). ``layout`` (A4 or till roll) applies to ``service_pdf``;
-    ``locale`` (fi, sv, en) to the PDFs' labels and number style."""
+    ``locale`` (fi, sv, en) to the PDFs' labels and number style; ``relations`` are the
+    receipt's (``kuitti.receipts.relations.relations``)."""
+    # The key has the relations' part of the row: rendering them without it would poison it.
+    assert relations is not NO_RELATIONS or not relations_key(receipt), "relations not given"
     key = etag(receipt, poster, fmt, layout=layout, locale=locale)
     cached = cache.get(key)
     if cached is not None:
         return cached
-    rendered = _render(receipt, poster, fmt, layout, as_language(locale).value)
+    rendered = _render(receipt, poster, fmt, layout, as_language(locale).value, relations)
     cache.put(key, rendered)
     return rendered
 
 
 def _render(
-    receipt: Receipt, poster: Partner, fmt: DataFormat, layout: Layout, locale: str
+    receipt: Receipt,
+    poster: Partner,
+    fmt: DataFormat,
+    layout: Layout,
+    locale: str,
+    relations: Relations,
 ) -> Rendered:
     name = filename(receipt, fmt)
     match fmt:
         case DataFormat.SERVICE_JSON:
             return Rendered(_utf8(receipt.document), "application/json", name)
         case DataFormat.SERVICE_PDF:
-            view = build_view(parse_document(receipt.document), locale=locale)
+            view = build_view(parse_document(receipt.document), locale=locale, relations=relations)
             content = service_pdf.render_service_pdf(
                 view,
                 layout=layout,
                 document_json=_utf8(receipt.document),
                 identity=f"{receipt.id}/{fmt.value}/{layout.value}/{locale}",
+                test_mark=receipt.sandbox,
             )
             return Rendered(content, "application/pdf", name)
         case DataFormat.FINVOICE_XML:
-            return Rendered(_finvoice_xml(receipt, poster), finvoice_xml.MEDIA_TYPE, name)
+            xml = _finvoice_xml(receipt, poster, relations)
+            return Rendered(xml, finvoice_xml.MEDIA_TYPE, name)
         case DataFormat.FINVOICE_PDF:
-            xml = render(receipt, poster, DataFormat.FINVOICE_XML).content
+            xml = render(receipt, poster, DataFormat.FINVOICE_XML, relations=relations).content
             content = finvoice_pdf.render_finvoice_pdf(
                 xml,
                 locale=locale,
                 created=_receipt_time(receipt),
                 identity=f"{receipt.id}/{fmt.value}/{locale}",
+                relations=relation_lines(relations, as_language(locale)),
+                test_mark=receipt.sandbox,
             )
             return Rendered(content, "application/pdf", name)
         case _:
@@ -175,7 +194,7 @@ def _receipt_time(receipt: Receipt) -> datetime:
     return parse_document(receipt.document).receipt_time
 
 
-def _finvoice_xml(receipt: Receipt, poster: Partner) -> bytes:
+def _finvoice_xml(receipt: Receipt, poster: Partner, relations: Relations) -> bytes:
     account = finvoice_xml.seller_account(poster.iban, poster.bic)
     if account is None:
         raise FinvoiceUnavailable(
@@ -189,6 +208,7 @@ def _finvoice_xml(receipt: Receipt, poster: Partner) -> bytes:
             account,
             receipt_id=receipt.id,
             poster_name=poster.name,
+            relations=relations,
         )
     except finvoice_xml.FinvoiceLimitError as exc:
         raise FinvoiceUnavailable(str(exc)) from None

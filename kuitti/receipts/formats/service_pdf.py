@@ -5,6 +5,9 @@ receipt (split into 200-inch pages only for very long receipts). Both carry ever
 receipt link page shows: merchant and branch, rows with discounts, custom attributes and journeys,
 totals, the VAT table, payments, free text, attachments as scannable codes, and the OCMF
 verification results. The receipt JSON is embedded as ``receipt.json`` (PDF/A-3 ``Data``).
+
+Why one long module: one drawing method per receipt section, in page order, for both
+layouts; the toolkit itself is ``pdfkit``.
 """
 
 from __future__ import annotations
@@ -176,6 +179,7 @@ class _Writer:
             if m.pos_id:
                 parts.append(f"{self.t('pos')} {m.pos_id}")
             details.append((" · ".join(parts), REGULAR, g.small, GREY))
+        details.extend((line, BOLD, g.small, ACCENT) for line in v.relations)
         if g.roll:
             for text, font, size, color in [*lines, ("", REGULAR, 4, GREY), *details]:
                 if text:
@@ -572,8 +576,10 @@ def render_service_pdf(
     layout: Layout = Layout.A4,
     document_json: bytes,
     identity: str,
+    test_mark: bool = False,
 ) -> bytes:
-    """The receipt PDF for ``view``; ``document_json`` is embedded as ``receipt.json``."""
+    """The receipt PDF for ``view``; ``document_json`` is embedded as ``receipt.json``.
+    ``test_mark``: a sandbox receipt, marked TEST on every page."""
     flow = _Writer(view, layout).build()
     created = view.receipt_time
     meta = Metadata(
@@ -599,5 +605,10 @@ def render_service_pdf(
         return f"{title} · {view.label('page')} {number} / {total}"
 
     return pdfkit.render_pages(
-        flow, meta, embedded=embedded, footer=footer, fit_height=layout is Layout.ROLL
+        flow,
+        meta,
+        embedded=embedded,
+        footer=footer,
+        fit_height=layout is Layout.ROLL,
+        test_mark=test_mark,
     )

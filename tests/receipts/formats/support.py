@@ -3,6 +3,7 @@ rendered output back: the Finvoice XSD, pypdf, poppler's pdftoppm and zxing-cpp.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -276,7 +277,6 @@ def fetch(
 
 
 def pdf_text(content: bytes) -> str:
-    import io
 
     reader = PdfReader(io.BytesIO(content))
     return "\n".join(page.extract_text() or "" for page in reader.pages)

@@ -10,7 +10,9 @@ import uuid
 import httpx
 from pypdf import PdfReader
 
+from kuitti.delivery.attachments import attachments_for
 from kuitti.delivery.mail import enqueue_mail, send_due_mail
+from kuitti.models import MailMessage
 from kuitti.services import Services
 from tests.factories import receipt_doc
 from tests.receipts.formats.support import post, poster
@@ -44,8 +46,6 @@ class TestReceiptPdfAttachment:
         assert "Kauppa Oy" in text
 
     def test_mail_without_receipt_has_no_attachment(self, services: Services) -> None:
-        from kuitti.delivery.attachments import attachments_for
-        from kuitti.models import MailMessage
 
         with services.db.session() as session:
             message = enqueue_mail(

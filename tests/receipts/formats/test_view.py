@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kuitti.i18n import Language, negotiate_locale, translate
@@ -60,7 +62,6 @@ class TestBuildView:
         assert view.totals.incl_vat == "€5.99"
 
     def test_stored_json_text_is_accepted(self) -> None:
-        import json
 
         view = build_view(json.dumps(receipt_doc()), locale="sv")
         assert view.kind_label == "Kvitto"

@@ -1,0 +1,117 @@
+"""CPU per receipt of each step of ``parse_receipt_request``, the quick way and the reference way
+(``fully=True``) side by side, in one run.
+
+The bodies are those of ``bench/ingest.py``: realistic grocery receipts with a CARD payment, 60
+rows each, then 1–60 rows at random. Each step runs over the same bodies: the JSON edge,
+Pydantic, the cross-field rules, the scan for full card numbers, the whole call, then the
+document's hash (which ingest takes from the parsed request instead of parsing the body again).
+
+The reference way is the slow path the quick one falls back to, not the code before it: it walks
+every document for card numbers, where the quick way first scans the body. Each figure is the
+best of ``--repeat`` passes of this process's user+system CPU divided by the bodies, so other load
+on the machine inflates it as little as possible; the load average is printed beside it. Compare
+the ratios, taken in the same run, more than the absolute figures.
+
+    .venv/bin/python bench/validation.py
+    .venv/bin/python bench/validation.py --bodies 500 --repeat 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import orjson
+from ingest import realistic_receipt  # bench/ingest.py
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kuitti.inputs import UNSURE, json_quickly, parse_json, parse_json_fully  # noqa: E402
+from kuitti.receipts.schema import Receipt  # noqa: E402
+from kuitti.receipts.validation import (  # noqa: E402
+    _card_numbers,
+    _may_hold_card_number,
+    canonical_hash,
+    check_rules,
+    parse_receipt_request,
+)
+
+
+def cpu_ms(step: Callable[[bytes], object], bodies: Sequence[bytes], repeat: int) -> float:
+    """Best CPU milliseconds per body over ``repeat`` passes."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.process_time()
+        for body in bodies:
+            step(body)
+        best = min(best, time.process_time() - start)
+    return best / len(bodies) * 1000
+
+
+def report(title: str, bodies: list[bytes], repeat: int) -> None:
+    documents = {body: orjson.loads(body) for body in bodies}
+    receipts = {body: Receipt.model_validate(documents[body]) for body in bodies}
+
+    def card_scan(body: bytes) -> object:
+        """What validation does: the body scan, and the walk only when the scan says so."""
+        return _may_hold_card_number(body) and list(_card_numbers(documents[body], ()))
+
+    def card_walk(body: bytes) -> object:
+        return list(_card_numbers(documents[body], ()))
+
+    steps: list[tuple[str, Callable[[bytes], object], Callable[[bytes], object] | None]] = [
+        ("JSON edge (parse_json)", parse_json, parse_json_fully),
+        ("Pydantic (Receipt.model_validate)", lambda b: Receipt.model_validate(documents[b]), None),
+        (
+            "cross-field rules (check_rules)",
+            lambda b: check_rules(receipts[b], attachments_enabled=False),
+            None,
+        ),
+        ("full card numbers", card_scan, card_walk),
+        (
+            "parse_receipt_request",
+            lambda b: parse_receipt_request(b, attachments_enabled=False),
+            lambda b: parse_receipt_request(b, attachments_enabled=False, fully=True),
+        ),
+        ("document hash (canonical_hash)", lambda b: canonical_hash(documents[b]), None),
+    ]
+    print(
+        f"\n{title}: {len(bodies)} bodies, {sum(map(len, bodies)) // len(bodies)} bytes on average"
+    )
+    print(f"{'step':<36} {'quick ms':>9} {'reference ms':>13} {'ratio':>6}")
+    for name, quick, reference in steps:
+        quick_ms = cpu_ms(quick, bodies, repeat)
+        if reference is None:
+            print(f"{name:<36} {quick_ms:>9.3f} {'(same)':>13}")
+            continue
+        reference_ms = cpu_ms(reference, bodies, repeat)
+        print(f"{name:<36} {quick_ms:>9.3f} {reference_ms:>13.3f} {reference_ms / quick_ms:>5.1f}x")
+    print(f"{'(orjson.loads alone)':<36} {cpu_ms(orjson.loads, bodies, repeat):>9.3f}")
+    served = sum(json_quickly(body) is not UNSURE for body in bodies)
+    print(f"bodies the quick JSON reading served: {served} of {len(bodies)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bodies", type=int, default=200, help="bodies per set")
+    parser.add_argument("--repeat", type=int, default=5, help="passes; the best is kept")
+    args = parser.parse_args()
+    rng = random.Random(20260115)
+    sixty = [orjson.dumps(realistic_receipt(rng, n, 60)) for n in range(args.bodies)]
+    mixed = [orjson.dumps(realistic_receipt(rng, n, 0)) for n in range(args.bodies)]
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average before: {load} ({os.cpu_count()} cores); CPU time of this process only")
+    report("60-row receipts", sixty, args.repeat)
+    report("1-60-row receipts", mixed, args.repeat)
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"\nload average after: {load}")
+
+
+if __name__ == "__main__":
+    main()

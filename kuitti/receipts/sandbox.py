@@ -1,0 +1,76 @@
+"""Deleting sandbox receipts once ``KUITTI_SANDBOX_RETENTION_DAYS`` have passed
+(docs/sandbox.md): the worker does it every hour, ``kuitti receipts purge-sandbox`` at once.
+
+A sandbox receipt is deleted with everything that hangs on it: its links, grants, card-linking
+rows and e-mails. A test card's purchase it had matched is freed (the test card stays).
+Production receipts are never touched: every statement is bounded by the ids of sandbox
+receipts, found through an index that holds only them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from kuitti.models import (
+    CardMatch,
+    CardPaymentRecord,
+    CardPurchase,
+    MailMessage,
+    Receipt,
+    ReceiptDelivery,
+    ReceiptGrant,
+    ReceiptLink,
+)
+from kuitti.services import Services
+
+PURGE_BATCH = 500
+
+
+def purge_batch(
+    session: Session, *, now: datetime, retention_days: int, limit: int = PURGE_BATCH
+) -> int:
+    """Delete up to ``limit`` sandbox receipts created before the retention window; how many."""
+    cutoff = now - timedelta(days=retention_days)
+    ids = list(
+        session.scalars(
+            select(Receipt.id)
+            .where(Receipt.sandbox.is_(True), Receipt.created_at < cutoff)
+            .order_by(Receipt.created_at)
+            .limit(limit)
+        )
+    )
+    if not ids:
+        return 0
+    payments = select(CardPaymentRecord.id).where(CardPaymentRecord.receipt_id.in_(ids))
+    session.execute(
+        update(CardPurchase).where(CardPurchase.payment_id.in_(payments)).values(payment_id=None)
+    )
+    for table, column in (
+        (CardMatch, CardMatch.receipt_id),
+        (CardPaymentRecord, CardPaymentRecord.receipt_id),
+        (ReceiptLink, ReceiptLink.receipt_id),
+        (ReceiptGrant, ReceiptGrant.receipt_id),
+        (ReceiptDelivery, ReceiptDelivery.receipt_id),
+        (MailMessage, MailMessage.receipt_pdf_id),
+        (Receipt, Receipt.id),
+    ):
+        session.execute(delete(table).where(column.in_(ids)))
+    return len(ids)
+
+
+def purge_sandbox_receipts(services: Services) -> int:
+    """Delete every sandbox receipt past its retention, one batch per transaction."""
+    deleted = 0
+    while True:
+        with services.db.session() as session:
+            count = purge_batch(
+                session,
+                now=services.clock.now(),
+                retention_days=services.settings.sandbox_retention_days,
+            )
+        deleted += count
+        if count < PURGE_BATCH:
+            return deleted
