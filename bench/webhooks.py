@@ -172,6 +172,7 @@ class PhaseResult:
     seconds: float
     lags: list[float]
     worker_cpu_seconds: float
+    write_seconds: float
 
     @property
     def cpu_per_delivery_ms(self) -> float:
@@ -187,9 +188,16 @@ class PhaseResult:
         ordered = sorted(self.lags)
         return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
+    @property
+    def written_rate(self) -> float:
+        """Events committed per second: in the steady phase, check that the writer kept up with
+        the rate asked for (on a loaded machine it may not, and the batches are then smaller)."""
+        return self.events / self.write_seconds if self.write_seconds else 0.0
+
     def line(self) -> str:
         return (
-            f"{self.name:<7} {self.events:>6} events  {self.rate:>7.0f} deliveries/s  "
+            f"{self.name:<7} {self.events:>6} events  written {self.written_rate:>6.0f}/s  "
+            f"{self.rate:>7.0f} deliveries/s  "
             f"lag p50 {self.percentile(50) * 1000:>6.0f} ms  p99 {self.percentile(99) * 1000:>6.0f}"
             f" ms  duplicates {self.duplicates}  worker CPU "
             f"{self.cpu_per_delivery_ms:.2f} ms/delivery"
@@ -326,7 +334,9 @@ def run_configuration(
             receivers.stdin.write(f"expect {count}\n")
             receivers.stdin.flush()
             cpu_before = sum(cpu_seconds(p.pid) for p in worker_procs)
+            write_started = time.perf_counter()
             committed = write(count, batch, rate)
+            write_seconds = time.perf_counter() - write_started
             _readline(receivers.stdout, PHASE_TIMEOUT_SECONDS)
             worker_cpu = sum(cpu_seconds(p.pid) for p in worker_procs) - cpu_before
             receivers.stdin.write("dump\n")
@@ -337,7 +347,14 @@ def run_configuration(
             last_receive = max(max(times) for times in got.values())
             duplicates = sum(len(times) - 1 for times in got.values())
             return PhaseResult(
-                name, count, len(got), duplicates, last_receive - first_commit, lags, worker_cpu
+                name,
+                count,
+                len(got),
+                duplicates,
+                last_receive - first_commit,
+                lags,
+                worker_cpu,
+                write_seconds,
             )
 
         results = [phase("burst", events, 200, None)]
@@ -451,6 +468,7 @@ def main() -> None:
                         "workers": workers,
                         "phase": result.name,
                         "events": result.events,
+                        "written_per_second": round(result.written_rate),
                         "received": result.received,
                         "duplicates": result.duplicates,
                         "deliveries_per_second": round(result.rate),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,6 +31,7 @@ from kuitti.oauth.routes import router as oauth_router
 from kuitti.openapi import add_docs, build_openapi
 from kuitti.paths import STATIC_DIR
 from kuitti.receipts.dry_run import router as dry_run_router
+from kuitti.receipts.ingest import Ingest
 from kuitti.receipts.routes import router as receipts_router
 from kuitti.responses import ORJSONResponse
 from kuitti.services import Services
@@ -37,6 +39,7 @@ from kuitti.users.routes import router as users_router
 from kuitti.web import render
 from kuitti.worker import run_worker
 
+GC_YOUNG_THRESHOLD = 10_000
 ROUTERS = (
     receipts_router,
     dry_run_router,
@@ -70,6 +73,7 @@ def create_app(
         # Few threads: the handlers are CPU-bound Python, and forty threads fighting for the GIL
         # starve the one holding a database lock (bench/ingest.py, docs/performance.md).
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
+        tune_garbage_collector()
         stop = asyncio.Event()
         worker = asyncio.create_task(run_worker(services, stop)) if run_worker_in_process else None
         if announce_ready:
@@ -98,6 +102,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.services = services
+    app.state.ingest = Ingest(services)
     for router in ROUTERS:
         _add_slash_twins(router)
         app.include_router(router)
@@ -108,6 +113,19 @@ def create_app(
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def tune_garbage_collector() -> None:
+    """Keep the cyclic garbage collector off the application's own long-lived objects.
+
+    A request allocates thousands of short-lived containers (the JSON, the Pydantic models, the
+    rows), so collections run often, and with the defaults each older one walked every module,
+    class and mapper loaded at start: a third of a receipt post's CPU (docs/performance.md,
+    Ingest). Frozen, the objects alive at start-up are never walked again; the higher first
+    threshold makes collections of young objects rarer. Unreachable cycles are still freed."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)
 
 
 def _worker_place(run_worker_in_process: bool, processes: int) -> str:

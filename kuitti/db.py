@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import DateTime, Engine, MetaData, create_engine, event
+from sqlalchemy import DateTime, Engine, MetaData, Table, create_engine, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
@@ -55,6 +55,11 @@ class UTCDateTime(TypeDecorator[datetime]):
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {datetime: UTCDateTime()}  # noqa: RUF012
+
+
+def table(model: type[Base]) -> Table:
+    """The table of a mapped class, for Core statements (multi-row inserts without the ORM)."""
+    return Base.metadata.tables[model.__tablename__]
 
 
 def _configure_sqlite(engine: Engine) -> None:

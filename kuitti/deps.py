@@ -24,6 +24,10 @@ A dependency that reads (authentication) hands its connection back before it ret
 (``release_connection``): FastAPI runs each sync dependency and the route in separate hops to a
 small threadpool (``KUITTI_THREADS``), and a request that kept a connection while it waited for
 a thread could deadlock against threads that wait for a connection.
+
+The receipt post uses none of these: it is the one route that must run at the speed of the
+machine, so it checks on the event loop and writes through the process's group-commit writer
+(``kuitti.receipts.ingest``), which also commits before anyone is answered.
 """
 
 from __future__ import annotations

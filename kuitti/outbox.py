@@ -1,8 +1,9 @@
 """The lease both outboxes share (webhook deliveries and e-mail).
 
-A worker claims due rows in one short transaction: it selects them (``FOR UPDATE SKIP LOCKED``
-on PostgreSQL, so concurrent workers never pick the same row; SQLite serialises writers) and
-sets ``lease_expires_at`` and a fresh ``lease_token``. Nobody else takes the row until the lease
+A worker claims due rows with one statement (``take``): an ``UPDATE`` that sets
+``lease_expires_at`` and a fresh ``lease_token`` on the rows a sub-select picks (``FOR UPDATE SKIP
+LOCKED`` on PostgreSQL, so concurrent workers never pick the same row; SQLite serialises
+writers), ``RETURNING`` what the worker needs. Nobody else takes the row until the lease
 expires, so a worker that dies after claiming leaves it to whoever finds it then. The outcome is
 written only while the token is still the claimer's (``held_by``): a worker that overran its
 lease cannot undo the result of the one that took over.
@@ -12,14 +13,12 @@ from __future__ import annotations
 
 import random
 import secrets
-import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, and_, or_, update
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, Select, Update, and_, bindparam, or_, update
+from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.sql.selectable import GenerativeSelect
 
 from kuitti.config import Settings
@@ -33,13 +32,18 @@ class Lease:
     token: str
     expires_at: datetime
 
+    @property
+    def values(self) -> dict[str, Any]:
+        """The bound values of ``take``'s statement."""
+        return {"lease_expires_at": self.expires_at, "lease_token": self.token}
+
     @classmethod
     def new(cls, now: datetime, seconds: float) -> Lease:
         return cls(secrets.token_hex(16), now + timedelta(seconds=seconds))
 
 
-def due(model: type[OutboxRow], now: datetime) -> ColumnElement[bool]:
-    """Pending, due, and not leased by a live worker."""
+def due(model: type[OutboxRow], now: datetime | BindParameter[datetime]) -> ColumnElement[bool]:
+    """Pending, due, and not leased by a live worker (at ``now``, a value or a bind parameter)."""
     return and_(
         model.status == model.PENDING,
         model.next_attempt_at <= now,
@@ -58,12 +62,19 @@ def skip_locked(query: Q, dialect: str, model: type[OutboxRow]) -> Q:
     return query
 
 
-def take(session: Session, model: type[OutboxRow], ids: Sequence[uuid.UUID], lease: Lease) -> None:
-    """Lease the rows (selected with ``skip_locked`` in the same transaction)."""
-    session.execute(
+def take(model: type[OutboxRow], picked: Select[Any], dialect: str) -> Update:
+    """The statement that leases the rows whose ids ``picked`` selects (it should keep only due
+    rows), skipping rows another worker is claiming; run it with ``Lease.values``, and add
+    ``.returning(…)`` to read the rows back in the same round trip. One statement instead of a
+    locking ``SELECT`` and an ``UPDATE``."""
+    # correlate(None): the sub-select reads the table itself, not the row being updated.
+    locked = skip_locked(picked.correlate(None), dialect, model)
+    return (
         update(model)
-        .where(model.id.in_(ids))
-        .values(lease_expires_at=lease.expires_at, lease_token=lease.token)
+        .where(model.id.in_(locked.scalar_subquery()))
+        .values(
+            lease_expires_at=bindparam("lease_expires_at"), lease_token=bindparam("lease_token")
+        )
     )
 
 

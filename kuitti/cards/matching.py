@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, assert_never
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, insert, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from kuitti.cards import pan, wakeups
@@ -61,6 +61,7 @@ from kuitti.cards.rules import (
 )
 from kuitti.clock import iso_utc
 from kuitti.config import Settings
+from kuitti.db import table
 from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_DELAY
 from kuitti.models import Card, Receipt
 from kuitti.models.cards import (
@@ -97,65 +98,81 @@ def record_card_payments(
     matches them in batches per merchant id (``settler.settle_due_matches``), so the receipt's
     answer never waits for card-linking and a crash after the commit loses nothing — a due
     payment stays due until a sweep decides it."""
-    payments = card_payments(document)
-    if not payments:
+    rows = card_payment_rows(receipt.id, document, sandbox=receipt.sandbox, now=now)
+    insert_card_payments(session, rows)
+
+
+def insert_card_payments(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Insert payments of ``card_payment_rows`` (of any number of receipts) in one statement."""
+    if not rows:
         return
-    records = [_record(receipt, document, index, payment, now) for index, payment in payments]
-    session.add_all(records)
-    if any(r.status == PaymentStatus.WAITING for r in records):
+    session.execute(insert(table(CardPaymentRecord)), rows)
+    if any(row["status"] == PaymentStatus.WAITING.value for row in rows):
         wakeups.MATCHING.announce(session)
 
 
-def _record(
-    receipt: Receipt,
+def card_payment_rows(
+    receipt_id: uuid.UUID, document: ReceiptDocument, *, sandbox: bool, now: datetime
+) -> list[dict[str, Any]]:
+    """The rows recording a receipt's CARD payments (``insert_card_payments``)."""
+    return [
+        _row(receipt_id, document, index, payment, sandbox, now)
+        for index, payment in card_payments(document)
+    ]
+
+
+def _row(
+    receipt_id: uuid.UUID,
     document: ReceiptDocument,
     index: int,
     payment: CardPayment,
+    sandbox: bool,
     now: datetime,
-) -> CardPaymentRecord:
+) -> dict[str, Any]:
     attrs = payment.attributes
     stamp = attrs.timeStamp if attrs is not None and attrs.timeStamp else document.receiptTimeStamp
     paid_at = datetime.fromisoformat(stamp).astimezone(UTC)
     shown = pan.parse_shown(attrs.maskedPAN) if attrs is not None and attrs.maskedPAN else None
-    record = CardPaymentRecord(
-        id=uuid.uuid4(),
-        receipt_id=receipt.id,
-        payment_index=index,
-        status=PaymentStatus.WAITING.value,
-        merchant_id=(attrs.MID or None) if attrs is not None else None,
-        amount=payment.amount,
-        pre_authorized_amount=attrs.preAuthorizedAmount if attrs is not None else None,
-        currency=(attrs.currencyISOCode if attrs is not None else None) or document.currencyISOCode,
-        paid_at=paid_at,
-        masked_pan=shown.text if shown is not None else None,
-        pan_last4=shown.last4 if shown is not None else None,
-        authorization_code=(attrs.authorizationCode or None) if attrs is not None else None,
-        reference_number=(attrs.referenceNumber or None) if attrs is not None else None,
-        sandbox=receipt.sandbox,
-        settle_at=now,
-        reason={
+    row: dict[str, Any] = {
+        "id": uuid.uuid4(),
+        "receipt_id": receipt_id,
+        "payment_index": index,
+        "status": PaymentStatus.WAITING.value,
+        "merchant_id": (attrs.MID or None) if attrs is not None else None,
+        "amount": payment.amount,
+        "pre_authorized_amount": attrs.preAuthorizedAmount if attrs is not None else None,
+        "currency": (attrs.currencyISOCode if attrs is not None else None)
+        or document.currencyISOCode,
+        "paid_at": paid_at,
+        "masked_pan": shown.text if shown is not None else None,
+        "pan_last4": shown.last4 if shown is not None else None,
+        "authorization_code": (attrs.authorizationCode or None) if attrs is not None else None,
+        "reference_number": (attrs.referenceNumber or None) if attrs is not None else None,
+        "sandbox": sandbox,
+        "settle_at": now,
+        "reason": {
             "why": "pending",
             "detail": "Recorded with the receipt; the matching worker decides it after the "
             "receipt's commit.",
             "checked_at": iso_utc(now),
         },
-        created_at=now,
-        updated_at=now,
-    )
+        "created_at": now,
+        "updated_at": now,
+    }
     missing = []
-    if record.merchant_id is None:
+    if row["merchant_id"] is None:
         missing.append("MID")
-    if record.pan_last4 is None:
+    if row["pan_last4"] is None:
         missing.append("maskedPAN showing the last four digits")
     if missing:
-        record.status = PaymentStatus.UNMATCHABLE.value
-        record.settle_at = None
-        record.reason = {
+        row["status"] = PaymentStatus.UNMATCHABLE.value
+        row["settle_at"] = None
+        row["reason"] = {
             "why": "unmatchable",
             "detail": f"The CARD payment lacks {' and '.join(missing)}, which matching needs.",
             "checked_at": iso_utc(now),
         }
-    return record
+    return row
 
 
 # -- the matcher -------------------------------------------------------------------------------

@@ -19,12 +19,8 @@ from kuitti.deps import Now, RawBody, ReadSession, ServicesDep, WriteSession
 from kuitti.inputs import parse_json
 from kuitti.models import Partner, PartnerRole
 from kuitti.oauth.bearer import bearer_token, optional_connection
-from kuitti.partners.auth import (
-    ServiceApiKey,
-    authenticate_partner,
-    require_json,
-    require_role,
-)
+from kuitti.partners.auth import ServiceApiKey, authenticate_partner
+from kuitti.partners.keys import require_json, require_role
 
 router = APIRouter(prefix="/api/v1", tags=["cards"])
 

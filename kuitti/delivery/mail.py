@@ -125,16 +125,18 @@ def send_due_mail(services: Services, *, rng: random.Random | None = None) -> in
         now = services.clock.now()
         lease = Lease.new(now, MAIL_LEASE_SECONDS)
         with services.db.session() as session:
-            query = (
-                select(MailMessage.id, MailMessage.attempt_count)
+            picked = (
+                select(MailMessage.id)
                 .where(outbox.due(MailMessage, now))
                 .order_by(MailMessage.next_attempt_at)
                 .limit(MAIL_BATCH)
             )
             claimed = session.execute(
-                outbox.skip_locked(query, services.db.dialect, MailMessage)
+                outbox.take(MailMessage, picked, services.db.dialect).returning(
+                    MailMessage.id, MailMessage.attempt_count
+                ),
+                lease.values,
             ).all()
-            outbox.take(session, MailMessage, [row.id for row in claimed], lease)
         if not claimed:
             return sent
         for message_id, attempts in claimed:

@@ -8,23 +8,11 @@ from fastapi import Depends, Header
 from sqlalchemy.orm import Session
 
 from kuitti.deps import ReadSession, ServicesDep
-from kuitti.errors import Forbidden, Unauthorized, UnsupportedMediaType
+from kuitti.errors import Unauthorized
 from kuitti.models import Partner, PartnerRole
+from kuitti.partners.keys import INVALID_KEY, key_digest, require_role
 from kuitti.partners.service import partner_by_key_digest
-from kuitti.security import hash_secret
 from kuitti.services import Services
-
-
-def api_key_from_header(authorization: str | None) -> str | None:
-    """``Token <key>`` or the bare key; ``Bearer`` is a user token, not a partner key."""
-    if not authorization:
-        return None
-    scheme, _, rest = authorization.strip().partition(" ")
-    if rest and scheme.lower() == "token":
-        return rest.strip() or None
-    if rest:
-        return None
-    return scheme
 
 
 def authenticate_partner(
@@ -33,25 +21,18 @@ def authenticate_partner(
     """The enabled partner of the key, read through ``session`` (the request's session).
 
     Looked up on every request, never cached in the process: a key rotated or a partner
-    disabled by the operator (from another process) is refused by the very next request."""
-    key = api_key_from_header(authorization)
-    if key is None:
-        raise Unauthorized("Send the partner API key as 'Authorization: Token <API_KEY>'.")
-    partner = partner_by_key_digest(session, hash_secret(key))
+    disabled by the operator (from another process) is refused by the very next request.
+    (Receipt posts remember key holders, ``kuitti.partners.keys``, and check them again in the
+    transaction that stores the receipt.)"""
+    partner = partner_by_key_digest(session, key_digest(authorization))
     if partner is None:
-        raise Unauthorized("The API key is not valid.")
+        raise Unauthorized(INVALID_KEY)
     # Hand the session's connection back before the route runs (the partner leaves with its
     # namespaces loaded): a route that writes opens a unit of its own, and a request must never
     # hold one connection while it waits for a second. With more requests in flight than the
     # pool has connections, every one of them did, until the pool timeout answered 500.
     session.expunge(partner)
     session.rollback()
-    return partner
-
-
-def require_role(partner: Partner, role: PartnerRole) -> Partner:
-    if not partner.has_role(role):
-        raise Forbidden(f"This API key's partner does not have the {role.value} role.")
     return partner
 
 
@@ -88,9 +69,3 @@ async def _service_api_key(
 
 ServiceApiKey = Annotated[str | None, Depends(_service_api_key)]
 """The partner application key from ``SERVICE_APIKEY`` (or ``Service-Apikey``), if sent."""
-
-
-def require_json(content_type: str | None) -> None:
-    """Refuse a body that is not declared as JSON (415)."""
-    if (content_type or "").split(";")[0].strip().lower() != "application/json":
-        raise UnsupportedMediaType("Send the body as Content-Type: application/json.")

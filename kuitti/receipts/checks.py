@@ -25,11 +25,12 @@ from kuitti.delivery import links
 from kuitti.errors import ErrorDetail, InvalidRequest
 from kuitti.inputs import json_path, parse_json
 from kuitti.models import Partner, Receipt, ReceiptLink
+from kuitti.partners.keys import KeyHolder
 from kuitti.receipts.readers import Reader, may_read
 from kuitti.receipts.validation import ReceiptRequest, Token, TokenType, parse_receipt_request
 
 
-def check_body(body: bytes, partner: Partner) -> ReceiptRequest:
+def check_body(body: bytes, partner: Partner | KeyHolder) -> ReceiptRequest:
     """The body's JSON, shape, rules and token syntax, for this partner (``InvalidRequest``)."""
     return parse_receipt_request(body, attachments_enabled=partner.attachments_enabled)
 

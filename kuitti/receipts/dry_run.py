@@ -14,7 +14,8 @@ from typing import Annotated
 from fastapi import APIRouter, Header
 
 from kuitti.deps import RawBody, ReadSession, ServicesDep
-from kuitti.partners.auth import MerchantPartner, require_json
+from kuitti.partners.auth import MerchantPartner
+from kuitti.partners.keys import require_json
 from kuitti.receipts.checks import dry_run
 from kuitti.receipts.routes import RECEIPT_BODY_SCHEMA
 from kuitti.responses import ORJSONResponse

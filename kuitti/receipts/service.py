@@ -1,8 +1,15 @@
 """Ingesting receipts (reading them: ``kuitti.receipts.readers``).
 
-``create_receipt`` is the one path by which a receipt enters: it runs inside the caller's unit of
-work, so the receipt, its links, its deliveries and the outbox rows they cause commit together or
-not at all.
+Two plain functions store receipts, both inside the caller's unit of work, so a receipt, its
+links, its deliveries and the outbox rows they cause commit together or not at all:
+
+- ``create_receipts`` stores a batch of validated posts (what the ingest writer,
+  ``kuitti.receipts.ingest``, commits together). It checks each post's partner again in this
+  transaction, then writes every receipt that needs nothing but rows of its own (no token but
+  RECEIPT_ID, no identifier or idempotency key already used) with one multi-row insert per
+  table, and hands each of the others to ``create_receipt`` in a savepoint of its own.
+- ``create_receipt`` stores one receipt, whatever its tokens: resends and duplicates of a
+  RECEIPT_ID, idempotent replays, delivery through QR codes, cards, user tokens and e-mail.
 """
 
 from __future__ import annotations
@@ -13,16 +20,20 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy.orm import Session
+from sqlalchemy import insert, select
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from kuitti import locks
-from kuitti.cards.matching import record_card_payments
+from kuitti.cards.matching import card_payment_rows, insert_card_payments, record_card_payments
 from kuitti.config import Settings
+from kuitti.db import table
 from kuitti.delivery import links
-from kuitti.delivery.tokens import TokenStatus, deliver_tokens
-from kuitti.errors import Conflict
+from kuitti.delivery.tokens import Status, TokenStatus, deliver_tokens
+from kuitti.errors import Conflict, KuittiError
+from kuitti.metrics import RECEIPT_TOKENS
 from kuitti.models import IdempotencyRecord, Partner, Receipt, ReceiptGrant, ReceiptLink
 from kuitti.models.receipts import GrantReason
+from kuitti.partners.keys import KeyHolder, current_key_holders
 from kuitti.receipts import returns
 from kuitti.receipts.checks import LinkPlan, TokenCheck, check_tokens
 from kuitti.receipts.validation import ReceiptRequest, TokenType
@@ -53,6 +64,26 @@ class CreatedReceipt:
 class IdempotencyKey:
     key: str
     request_hash: str
+
+
+@dataclass(frozen=True)
+class Posting:
+    """One validated create-receipt request, as its key holder was when it was validated."""
+
+    holder: KeyHolder
+    request: ReceiptRequest
+    now: datetime
+    idempotency: IdempotencyKey | None = None
+
+
+@dataclass
+class Outcome:
+    """What became of one posting: an answer, an error to answer with, or ``stale`` when its
+    partner changed since the request was validated (nothing was stored; validate again)."""
+
+    answer: tuple[int, dict[str, Any]] | None = None
+    error: Exception | None = None
+    stale: bool = False
 
 
 def create_receipt(
@@ -168,3 +199,181 @@ def _store(
         receipt_web_url=links.private_link(settings, receipt.id),
         original=original,
     )
+
+
+def create_receipts(session: Session, settings: Settings, postings: list[Posting]) -> list[Outcome]:
+    """Store a batch of validated posts in the caller's unit of work; one outcome per posting.
+
+    A receipt's own errors (a duplicate RECEIPT_ID, an idempotency key reused) are its outcome
+    and roll back only its savepoint; any other error propagates, and the caller rolls the whole
+    batch back (``kuitti.receipts.ingest`` then writes each posting alone)."""
+    holders = current_key_holders(session, {p.holder.key_digest for p in postings})
+    outcomes = [Outcome() for _ in postings]
+    current: list[int] = []
+    for index, posting in enumerate(postings):
+        if holders.get(posting.holder.key_digest) != posting.holder:
+            outcomes[index].stale = True
+        else:
+            current.append(index)
+    together, alone = _sort_postings(session, [postings[i] for i in current])
+    answers = _store_together(session, settings, [postings[current[i]] for i in together])
+    for i, answer in zip(together, answers, strict=True):
+        outcomes[current[i]].answer = answer
+    for i in alone:
+        posting = postings[current[i]]
+        try:
+            with session.begin_nested():
+                partner = session.get(Partner, posting.holder.id)
+                assert partner is not None
+                outcomes[current[i]].answer = create_receipt(
+                    session,
+                    settings,
+                    partner,
+                    posting.request,
+                    now=posting.now,
+                    idempotency=posting.idempotency,
+                )
+        except KuittiError as exc:
+            outcomes[current[i]].error = exc
+    return outcomes
+
+
+def _receipt_ids(posting: Posting) -> list[tuple[str, str]]:
+    return [
+        (t.namespace, t.value)
+        for t in posting.request.tokens
+        if t.type is TokenType.RECEIPT_ID and t.namespace is not None
+    ]
+
+
+def _sort_postings(session: Session, postings: list[Posting]) -> tuple[list[int], list[int]]:
+    """Which postings can be stored together with plain inserts, and which need
+    ``create_receipt`` (other tokens, a return naming its purchase, a foreign namespace, or an
+    identifier or idempotency key already used, in the database or by an earlier posting of the
+    batch). Two queries at most."""
+    used_ids: set[tuple[Any, Any]] = _taken(
+        session,
+        ReceiptLink.namespace,
+        ReceiptLink.identifier,
+        {value for p in postings for _, value in _receipt_ids(p)},
+    )
+    used_keys = _taken(
+        session,
+        IdempotencyRecord.partner_id,
+        IdempotencyRecord.key,
+        {p.idempotency.key for p in postings if p.idempotency is not None},
+    )
+    together: list[int] = []
+    alone: list[int] = []
+    for index, posting in enumerate(postings):
+        ids = _receipt_ids(posting)
+        key = (posting.holder.id, posting.idempotency.key) if posting.idempotency else None
+        plain = (
+            all(t.type is TokenType.RECEIPT_ID for t in posting.request.tokens)
+            and all(namespace in posting.holder.namespaces for namespace, _ in ids)
+            and len(set(ids)) == len(ids)
+            and not posting.request.receipt.names_original
+            and used_ids.isdisjoint(ids)
+            and key not in used_keys
+        )
+        if plain:
+            together.append(index)
+            used_ids.update(ids)
+            if key is not None:
+                used_keys.add(key)
+        else:
+            alone.append(index)
+    return together, alone
+
+
+def _taken(
+    session: Session,
+    owner: InstrumentedAttribute[Any],
+    name: InstrumentedAttribute[str],
+    names: set[str],
+) -> set[tuple[Any, Any]]:
+    """The (owner, name) pairs of a two-column key already stored, among ``names``."""
+    if not names:
+        return set()
+    return {(row[0], row[1]) for row in session.execute(select(owner, name).where(name.in_(names)))}
+
+
+def _store_together(
+    session: Session, settings: Settings, postings: list[Posting]
+) -> list[tuple[int, dict[str, Any]]]:
+    """Insert receipts that need nothing but rows of their own: one statement per table."""
+    if not postings:
+        return []
+    receipts: list[dict[str, Any]] = []
+    grants: list[dict[str, Any]] = []
+    receipt_links: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    payments: list[dict[str, Any]] = []
+    answers: list[tuple[int, dict[str, Any]]] = []
+    for posting in postings:
+        request, now = posting.request, posting.now
+        doc = request.receipt
+        receipt_id = uuid.uuid4()
+        ids = _receipt_ids(posting)
+        statuses = [TokenStatus(TokenType.RECEIPT_ID, Status.LINK_CREATED) for _ in ids]
+        receipts.append(
+            {
+                "id": receipt_id,
+                "partner_id": posting.holder.id,
+                "document": orjson.dumps(request.document).decode(),
+                "document_hash": request.document_hash,
+                "receipt_number": doc.receiptNumber,
+                "receipt_time": doc.receipt_time,
+                "receipt_timestamp": doc.receiptTimeStamp,
+                "merchant_name": doc.merchant.name,
+                "total": doc.totalPriceIncVAT,
+                "currency": doc.currencyISOCode,
+                "token_statuses": [{"type": t.type.value, "status": t.status} for t in statuses],
+                "created_at": now,
+                "sandbox": posting.holder.sandbox,
+            }
+        )
+        # A new receipt has no grants yet: the poster's needs no existence check.
+        grants.append(
+            {
+                "id": uuid.uuid4(),
+                "partner_id": posting.holder.id,
+                "receipt_id": receipt_id,
+                "receipt_time": doc.receipt_time,
+                "reason": GrantReason.POSTED,
+            }
+        )
+        payments.extend(card_payment_rows(receipt_id, doc, sandbox=posting.holder.sandbox, now=now))
+        receipt_links.extend(
+            {"namespace": namespace, "identifier": identifier, "receipt_id": receipt_id}
+            for namespace, identifier in ids
+        )
+        body = CreatedReceipt(
+            receipt_id=receipt_id,
+            receipt_links=[links.namespace_link(settings, ns, value) for ns, value in ids],
+            tokens=statuses,
+            receipt_web_url=links.private_link(settings, receipt_id),
+        ).as_json()
+        if posting.idempotency is not None:
+            records.append(
+                {
+                    "partner_id": posting.holder.id,
+                    "key": posting.idempotency.key,
+                    "request_hash": posting.idempotency.request_hash,
+                    "status_code": 200,
+                    "response_body": orjson.dumps(body).decode(),
+                    "created_at": now,
+                }
+            )
+        answers.append((200, body))
+    session.execute(insert(table(Receipt)), receipts)
+    session.execute(insert(table(ReceiptGrant)), grants)
+    if receipt_links:
+        session.execute(insert(table(ReceiptLink)), receipt_links)
+        RECEIPT_TOKENS.labels(TokenType.RECEIPT_ID.value, Status.LINK_CREATED.value).inc(
+            len(receipt_links)
+        )
+    if records:
+        session.execute(insert(table(IdempotencyRecord)), records)
+    insert_card_payments(session, payments)
+    return answers

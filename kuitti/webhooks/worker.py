@@ -36,12 +36,11 @@ from functools import lru_cache
 
 import aiohttp
 import certifi
-from sqlalchemy import bindparam, func, insert, select, update
-from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import Update, bindparam, exists, func, insert, select, update
 
 from kuitti import metrics, outbox
 from kuitti.config import Settings
+from kuitti.db import UTCDateTime
 from kuitti.logs import log
 from kuitti.models import Partner, WebhookAttempt, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
@@ -58,6 +57,9 @@ MAX_IN_FLIGHT_PER_PARTNER = 8
 CLAIM_BATCH = MAX_IN_FLIGHT
 LEASE_MARGIN_SECONDS = 30.0
 POLL_SECONDS = 0.25
+# How long a wake-up waits for more events before claiming, when there is no backlog
+# (docs/performance.md, "Webhooks": lag against CPU per delivery).
+BATCH_WINDOW_SECONDS = 0.02
 DB_RETRY_MAX_SECONDS = 5.0
 RESPONSE_BODY_LIMIT_BYTES = 64 * 1024
 ERROR_MAX_CHARS = 1000
@@ -126,35 +128,59 @@ def _room_used(
     return count
 
 
-def _ranked_candidates(
-    session: Session,
-    due: ColumnElement[bool],
-    limit: int,
-    busy: dict[uuid.UUID, int],
-    per_partner: int,
-) -> list[tuple[uuid.UUID, uuid.UUID]]:
-    ranked = (
-        select(
-            WebhookDelivery.id,
-            WebhookDelivery.partner_id,
-            WebhookDelivery.next_attempt_at,
-            func.row_number()
-            .over(
-                partition_by=WebhookDelivery.partner_id,
-                order_by=(WebhookDelivery.next_attempt_at, WebhookDelivery.id),
-            )
-            .label("rank"),
+# The claim's statements, built once: a claim is a few statements every few milliseconds, and
+# building each expression again costs more CPU than running it.
+_DUE = outbox.due(WebhookDelivery, bindparam("now", type_=UTCDateTime()))
+_CANDIDATES = (
+    select(WebhookDelivery.id, WebhookDelivery.partner_id)
+    .where(_DUE)
+    .order_by(WebhookDelivery.next_attempt_at)
+    .limit(bindparam("window"))
+)
+_RANKED = (
+    select(
+        WebhookDelivery.id,
+        WebhookDelivery.partner_id,
+        WebhookDelivery.next_attempt_at,
+        func.row_number()
+        .over(
+            partition_by=WebhookDelivery.partner_id,
+            order_by=(WebhookDelivery.next_attempt_at, WebhookDelivery.id),
         )
-        .where(due)
-        .subquery()
+        .label("rank"),
     )
-    rows = session.execute(
-        select(ranked.c.id, ranked.c.partner_id)
-        .where(ranked.c.rank <= per_partner)
-        .order_by(ranked.c.next_attempt_at, ranked.c.id)
-        .limit(limit + sum(busy.values()))
+    .where(_DUE)
+    .subquery()
+)
+_RANKED_CANDIDATES = (
+    select(_RANKED.c.id, _RANKED.c.partner_id)
+    .where(_RANKED.c.rank <= bindparam("per_partner"))
+    .order_by(_RANKED.c.next_attempt_at, _RANKED.c.id)
+    .limit(bindparam("window"))
+)
+_SENDABLE = (
+    select(WebhookDelivery.id)
+    .where(WebhookDelivery.id.in_(bindparam("picked", expanding=True)), _DUE)
+    # partner disable/enable (kuitti.partners.cli): a disabled partner's deliveries wait.
+    .where(exists().where(Partner.id == WebhookDelivery.partner_id, Partner.disabled_at.is_(None)))
+)
+_PARTNER_TARGETS = select(Partner.id, Partner.webhook_url, Partner.webhook_key_sealed).where(
+    Partner.id.in_(bindparam("partner_ids", expanding=True))
+)
+
+
+@lru_cache(maxsize=2)
+def _leasing(dialect: str) -> Update:
+    return outbox.take(WebhookDelivery, _SENDABLE, dialect).returning(
+        WebhookDelivery.id,
+        WebhookDelivery.partner_id,
+        WebhookDelivery.notification_type,
+        WebhookDelivery.payload,
+        WebhookDelivery.bare_authorization,
+        WebhookDelivery.attempt_count,
+        WebhookDelivery.created_at,
+        WebhookDelivery.next_attempt_at,
     )
-    return [(row[0], row[1]) for row in rows]
 
 
 def claim_due(
@@ -166,27 +192,34 @@ def claim_due(
 ) -> list[Claim]:
     """Lease up to ``limit`` due deliveries, at most ``per_partner`` minus ``busy[partner]`` for
     each partner. Returns them in due order."""
+    return _claim_due(services, limit=limit, busy=busy or {}, per_partner=per_partner)[0]
+
+
+def _claim_due(
+    services: Services, *, limit: int, busy: dict[uuid.UUID, int], per_partner: int
+) -> tuple[list[Claim], bool]:
+    """``claim_due``, and whether more were due than it took (a backlog: claim again as soon as
+    there is room, rather than waiting for a wake-up)."""
     if limit <= 0:
-        return []
-    busy = busy or {}
+        return [], True
     now = services.clock.now()
-    due = outbox.due(WebhookDelivery, now)
     # A cheap read first: an idle poll never takes the (SQLite: database-wide) write lock.
     with services.db.session(write=False) as session:
+        connection = session.connection()
         window = max(limit * 8, 256)
-        rows = session.execute(
-            select(WebhookDelivery.id, WebhookDelivery.partner_id)
-            .where(due)
-            .order_by(WebhookDelivery.next_attempt_at)
-            .limit(window)
-        )
-        candidates = [(row[0], row[1]) for row in rows]
+        candidates = [
+            (row[0], row[1])
+            for row in connection.execute(_CANDIDATES, {"now": now, "window": window})
+        ]
         if len(candidates) == window and _room_used(candidates, busy, per_partner) < limit:
             # One partner's backlog fills the window: rank per partner instead, so the others
             # are not crowded out (costlier, so only when needed).
-            candidates = _ranked_candidates(session, due, limit, busy, per_partner)
+            params = {"now": now, "per_partner": per_partner, "window": limit + sum(busy.values())}
+            candidates = [
+                (row[0], row[1]) for row in connection.execute(_RANKED_CANDIDATES, params)
+            ]
     if not candidates:
-        return []
+        return [], False
     room = Counter({pid: per_partner - n for pid, n in busy.items()})
     picked: list[uuid.UUID] = []
     for delivery_id, partner_id in candidates:
@@ -195,47 +228,39 @@ def claim_due(
         if room[partner_id] > 0 and len(picked) < limit:
             room[partner_id] -= 1
             picked.append(delivery_id)
+    more = len(candidates) > len(picked)
     if not picked:
-        return []
+        return [], more
     lease = Lease.new(now, lease_seconds(services.settings))
-    query = (
-        select(
-            WebhookDelivery.id,
-            WebhookDelivery.partner_id,
-            WebhookDelivery.notification_type,
-            WebhookDelivery.payload,
-            WebhookDelivery.bare_authorization,
-            WebhookDelivery.attempt_count,
-            WebhookDelivery.created_at,
-            WebhookDelivery.next_attempt_at,
-            Partner.webhook_url,
-            Partner.webhook_key_sealed,
-        )
-        .join(Partner, Partner.id == WebhookDelivery.partner_id)
-        .where(WebhookDelivery.id.in_(picked), due)
-        # partner disable/enable (kuitti.partners.cli): a disabled partner's deliveries wait.
-        .where(Partner.disabled_at.is_(None))
-        .order_by(WebhookDelivery.next_attempt_at)
-    )
-    query = outbox.skip_locked(query, services.db.dialect, WebhookDelivery)
     with services.db.session() as session:
-        leased = session.execute(query).all()
+        connection = session.connection()
+        params = {"picked": picked, "now": now, **lease.values}
+        leased = sorted(
+            connection.execute(_leasing(services.db.dialect), params),
+            key=lambda row: row.next_attempt_at,
+        )
         if not leased:
-            return []
-        outbox.take(session, WebhookDelivery, [row.id for row in leased], lease)
+            return [], more
+        # The partner's URL and key as they are now: read at every attempt.
+        partner_ids = list({row.partner_id for row in leased})
+        partners = {
+            row.id: row
+            for row in connection.execute(_PARTNER_TARGETS, {"partner_ids": partner_ids})
+        }
     secret = services.settings.resolved_secret_key
     claims: list[Claim] = []
     for row in leased:
+        partner = partners[row.partner_id]
         key: str | None = None
-        if row.webhook_key_sealed:
+        if partner.webhook_key_sealed:
             with contextlib.suppress(ValueError):
-                key = _open_key(secret, row.webhook_key_sealed)
+                key = _open_key(secret, partner.webhook_key_sealed)
         claims.append(
             Claim(
                 delivery_id=row.id,
                 partner_id=row.partner_id,
                 notification_type=row.notification_type,
-                url=row.webhook_url,
+                url=partner.webhook_url,
                 webhook_key=key,
                 bare_authorization=row.bare_authorization,
                 body=row.payload.encode(),
@@ -244,7 +269,7 @@ def claim_due(
                 lease_token=lease.token,
             )
         )
-    return claims
+    return claims, more
 
 
 class HttpClients:
@@ -386,6 +411,7 @@ async def _drain(response: aiohttp.ClientResponse) -> None:
             break
 
 
+_INSERT_ATTEMPT = insert(WebhookAttempt)
 _UPDATE_DELIVERY = (
     update(WebhookDelivery)
     .where(outbox.held_by(WebhookDelivery, bindparam("b_id"), bindparam("b_token")))
@@ -442,8 +468,9 @@ def record_outcomes(
         )
         tally.append((status.value, outcome))
     with services.db.session() as session:
-        session.execute(insert(WebhookAttempt), attempts)
-        session.connection().execute(_UPDATE_DELIVERY, updates)
+        connection = session.connection()
+        connection.execute(_INSERT_ATTEMPT, attempts)
+        connection.execute(_UPDATE_DELIVERY, updates)
     for status_value, outcome in tally:
         kind = outcome.claim.notification_type
         if status_value == DeliveryStatus.DELIVERED:
@@ -507,23 +534,31 @@ class Pipeline:
         self.tasks: set[asyncio.Task[None]] = set()
         self.outcomes: list[Outcome] = []
         self.progress = asyncio.Event()
+        self.backlog = True  # until a claim says otherwise, something may be due
+        self.full = False  # the last claim took as many as it asked for: ask again at once
 
     @property
     def in_flight(self) -> int:
         return len(self.tasks)
 
     async def claim(self, *, woken: bool = False) -> int:
+        """Lease due rows into free slots, when there may be some: after a wake-up (a commit
+        that queued a webhook, or the poll) or while the last claim left a backlog."""
+        self.backlog = self.backlog or woken
+        self.full = False
         room = self.max_in_flight - self.in_flight
         # Claim in batches: a claim per freed slot would cost a transaction per delivery.
-        if room <= 0 or (self.in_flight and room < self.claim_threshold and not woken):
+        if not self.backlog or room <= 0 or (self.in_flight and room < self.claim_threshold):
             return 0
-        claims = await asyncio.to_thread(
-            claim_due,
+        limit = min(room, CLAIM_BATCH)
+        claims, self.backlog = await asyncio.to_thread(
+            _claim_due,
             self.services,
-            limit=min(room, CLAIM_BATCH),
+            limit=limit,
             busy=dict(self.busy),
             per_partner=self.per_partner,
         )
+        self.full = len(claims) == limit
         for claim in claims:
             self.busy[claim.partner_id] = self.busy.get(claim.partner_id, 0) + 1
             task = asyncio.create_task(self._send(claim))
@@ -583,21 +618,28 @@ async def run_webhooks(
     *,
     wall_time: WallTime = time.time,
     poll_seconds: float = POLL_SECONDS,
+    batch_window_seconds: float = BATCH_WINDOW_SECONDS,
 ) -> None:
     """Send webhooks until ``stop`` is set: look for due rows when ``wake`` is set (a commit
-    that queued one), when a call finishes, or every ``poll_seconds`` (retries falling due,
-    events queued by another process without PostgreSQL's NOTIFY)."""
+    that queued one), while a backlog lasts, or every ``poll_seconds`` (retries falling due,
+    events queued by another process without PostgreSQL's NOTIFY); record outcomes as calls
+    finish.
+
+    Without a backlog, a wake-up or a finished call first waits ``batch_window_seconds``, so one
+    claim and one outcome transaction serve every event and answer of that window rather than
+    one each: far less CPU per delivery when events trickle in, for a few milliseconds of lag."""
     backoff = 0.0
     async with make_client(services.settings) as client:
         pipeline = Pipeline(services, client, wall_time=wall_time)
+        polled = False  # the poll timer ran out: look for due rows
         try:
             while not stop.is_set():
-                woken = wake.is_set()
+                woken = polled or wake.is_set()
                 wake.clear()
                 pipeline.progress.clear()
                 try:
                     await pipeline.flush()
-                    claimed = await pipeline.claim(woken=woken)
+                    await pipeline.claim(woken=woken)
                 except Exception as exc:  # the database is away: keep running, try again
                     metrics.WEBHOOK_WORKER_ERRORS.inc()
                     backoff = min(max(backoff * 2, 0.1), DB_RETRY_MAX_SECONDS)
@@ -606,11 +648,15 @@ async def run_webhooks(
                         error=f"{type(exc).__name__}: {exc}"[:300],
                         retry_in_seconds=backoff,
                     )
+                    polled = True  # look again after the pause
                     await _wait_any([stop], backoff)
                     continue
                 backoff = 0.0
-                if claimed and pipeline.in_flight < pipeline.max_in_flight:
-                    continue  # there may be more due right now
+                if pipeline.full and pipeline.backlog:
+                    continue  # more are due right now
                 await _wait_any([stop, wake, pipeline.progress], poll_seconds)
+                polled = not (wake.is_set() or pipeline.progress.is_set())
+                if not polled and not pipeline.backlog and batch_window_seconds > 0:
+                    await _wait_any([stop], batch_window_seconds)
         finally:
             await pipeline.drain(services.settings.webhook_timeout_seconds)

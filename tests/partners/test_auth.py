@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kuitti.errors import Unauthorized
-from kuitti.partners.auth import api_key_from_header, authenticate_partner
+from kuitti.partners.auth import authenticate_partner
+from kuitti.partners.keys import api_key_from_header
 from kuitti.services import Services
 from tests.conftest import StatementCounter
 

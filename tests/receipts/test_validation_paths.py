@@ -21,6 +21,7 @@ from kuitti.inputs import MAX_JSON_DEPTH, UNSURE, json_quickly, parse_json, pars
 from kuitti.receipts.validation import parse_receipt_request
 from tests.factories import card_payment, many_rows, receipt_doc, token_body
 from tests.receipts.test_fuzz import json_values, mutated_bodies
+from tests.receipts.test_returns import ORIGINAL_NUMBER, ORIGINAL_TIME, return_doc
 from tests.receipts.test_validation import SHAPE_CASES, attachment, journey, verification
 from tests.test_json_endpoints import values
 
@@ -59,6 +60,9 @@ def assert_same_answer(body: bytes) -> None:
         assert outcome(quick) == outcome(partial(quick, fully=True))
 
 
+ORIGINAL = {"receiptNumber": ORIGINAL_NUMBER, "receiptTimeStamp": ORIGINAL_TIME, "branchId": "b1"}
+
+
 def valid_documents() -> list[Any]:
     every_part = receipt_doc(
         many_rows(3),
@@ -86,6 +90,8 @@ def valid_documents() -> list[Any]:
             {"type": "RECEIPT_ID", "namespace": "kauppa", "value": "R-1"},
             {"type": "EMAIL", "value": "Maija@Example.com"},
         ),
+        return_doc(originalReceipt=ORIGINAL),
+        return_doc(originalReceiptId="0b5bd0e8-3c7e-4f57-9a4e-3e1f1d2c7a10"),
     ]
 
 
@@ -102,6 +108,8 @@ def corpus() -> list[Any]:
     documents.append(receipt_doc(freeText="Kortti 4111 1111 1111 1111 hyväksytty"))
     documents.append(receipt_doc(customer={"PAN": 4111111111111111}))
     documents.append(token_body(receipt_doc(), {"type": "CARD", "value": "4111111111111111"}))
+    documents.append(return_doc(originalReceipt=ORIGINAL, originalReceiptId="not-an-id"))
+    documents.append(receipt_doc(originalReceipt=ORIGINAL))  # only a return names an original
     return documents
 
 

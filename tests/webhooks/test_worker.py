@@ -3,6 +3,7 @@ the running loop (wake-ups, e-mail)."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import sqlite3
@@ -22,7 +23,16 @@ from kuitti.models import WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
 from kuitti.services import Services
 from kuitti.webhooks.events import WEBHOOKS, enqueue
-from kuitti.webhooks.worker import Outcome, claim_due, lease_seconds, record_outcomes
+from kuitti.webhooks.ssrf import TargetGuard
+from kuitti.webhooks.worker import (
+    Claim,
+    Outcome,
+    claim_due,
+    lease_seconds,
+    make_client,
+    record_outcomes,
+    send,
+)
 from tests.webhooks.proxy import TcpProxy
 from tests.webhooks.receivers import Behaviour, Receiver
 from tests.webhooks.support import (
@@ -107,7 +117,91 @@ class TestLease:
         assert len(claims) == 4
 
 
+class TestBatchBookkeeping:
+    """One claim, many calls, one transaction for every outcome: each row still gets its own."""
+
+    def test_one_partner_failing_while_the_others_succeed_in_the_same_claim(
+        self, services: Services, clock: FrozenClock
+    ) -> None:
+        with (
+            Receiver() as first_endpoint,
+            Receiver(default=Behaviour(status=500)) as failing_endpoint,
+            Receiver() as third_endpoint,
+        ):
+            endpoints = [first_endpoint, failing_endpoint, third_endpoint]
+            partners = [
+                webhook_partner(services, endpoint.url, name=f"Kumppani {i}")
+                for i, endpoint in enumerate(endpoints)
+            ]
+            ok_first, failing, ok_third = (queue(services, partner) for partner in partners)
+            claims = claim_due(services)
+            assert len({claim.lease_token for claim in claims}) == 1  # one claim
+            outcomes = _send_all(services, claims)
+            record_outcomes(services, outcomes)
+            for endpoint in endpoints:
+                endpoint.wait_for(1)
+        for delivered in (ok_first, ok_third):
+            row = delivery(services, delivered)
+            assert row.status == DeliveryStatus.DELIVERED
+            assert row.lease_token is None
+            assert [(a.status_code, a.error) for a in row.attempts] == [(200, None)]
+        row = delivery(services, failing)
+        assert row.status == DeliveryStatus.PENDING
+        assert row.attempt_count == 1
+        assert row.lease_token is None  # free for the retry
+        first_delay = services.settings.webhook_retry_schedule[0]
+        retry_in = (row.next_attempt_at - clock.now()).total_seconds()
+        assert first_delay * 0.9 <= retry_in <= first_delay * 1.1
+        assert [(a.status_code, a.error) for a in row.attempts] == [(500, "HTTP 500")]
+
+    def test_a_crash_between_sending_and_recording_sends_again(
+        self, services: Services, clock: FrozenClock
+    ) -> None:
+        with Receiver() as endpoint:
+            partner = webhook_partner(services, endpoint.url)
+            ids = {queue(services, partner) for _ in range(3)}
+            _send_all(services, claim_due(services))  # answered 2xx…
+            assert {call.webhook_id for call in endpoint.wait_for(3)} == {str(i) for i in ids}
+            # …and the worker dies before recording: nothing is lost, the rows wait for the lease
+            assert deliver(services) == 0
+            clock.advance(lease_seconds(services.settings) + 1)
+            assert deliver(services) == 3
+            calls = endpoint.wait_for(6)
+        # At least once: the same webhook-id again, which the partner recognises.
+        assert collections.Counter(call.webhook_id for call in calls) == {str(i): 2 for i in ids}
+        for delivery_id in ids:
+            row = delivery(services, delivery_id)
+            assert row.status == DeliveryStatus.DELIVERED
+            assert len(row.attempts) == 1  # the lost attempt was never recorded
+
+
+def _send_all(services: Services, claims: list[Claim]) -> list[Outcome]:
+    """The worker's sending step for a claim, over real HTTP, without recording anything."""
+
+    async def main() -> list[Outcome]:
+        guard = TargetGuard(allow_insecure=services.settings.webhook_allow_insecure)
+        async with make_client(services.settings) as client:
+            return await asyncio.gather(*(send(services, client, c, guard) for c in claims))
+
+    return asyncio.run(main())
+
+
 class TestRunningWorker:
+    def test_a_backlog_is_drained_without_waiting_for_the_poll(self, services: Services) -> None:
+        """One partner's 40 events need several claims (8 at a time to one partner); the calls
+        finishing must bring the next claim, not the poll (600 s here)."""
+        with Receiver() as endpoint:
+            partner = webhook_partner(services, endpoint.url)
+            with services.db.session() as session:
+                for _ in range(40):
+                    enqueue(
+                        session, partner.partner, a_receipt_notification(), now=services.clock.now()
+                    )
+            with WorkerThread(services, poll_seconds=600):
+                calls = endpoint.wait_for(40, timeout_seconds=30)
+                wait_until(lambda: _count(services, DeliveryStatus.DELIVERED) == 40)
+        assert len({call.webhook_id for call in calls}) == 40
+
     def test_wakes_on_commit_without_polling(self, services: Services) -> None:
         with Receiver() as endpoint, WorkerThread(services, poll_seconds=600):
             partner = webhook_partner(services, endpoint.url)

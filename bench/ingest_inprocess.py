@@ -1,0 +1,129 @@
+"""Receipt posts in-process: the ASGI app called directly (no HTTP, no other process), so the
+CPU it prints is kuitti's own, and a profiler sees only kuitti.
+
+It posts the receipts of ``bench/ingest.py`` (60 rows, a CARD payment) from N concurrent
+clients, as uvicorn would hand them to one process, and prints the CPU per stored receipt
+beside the CPU of validation alone on the same bodies in the same process (the part of a post
+that ``parse_receipt_request`` owns; the rest is the framework, authentication and the write).
+
+    .venv/bin/python bench/ingest_inprocess.py [--database sqlite|postgresql] [--receipts 2000]
+    .venv/bin/py-spy record --gil --format raw -o profile.txt -- \\
+        .venv/bin/python bench/ingest_inprocess.py          # where the CPU goes
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ingest import BIN, database, realistic_receipt  # noqa: E402  (bench/ingest.py)
+
+from kuitti.app import create_app, tune_garbage_collector  # noqa: E402
+from kuitti.receipts.validation import parse_receipt_request  # noqa: E402
+
+Message = dict[str, object]
+
+
+@contextmanager
+def setup(kind: str, workdir: Path) -> Iterator[str]:
+    """Environment for a fresh database with one merchant; yields the API key."""
+    with database(kind) as url:
+        os.environ["KUITTI_VAR_DIR"] = str(workdir / "var")
+        os.environ["KUITTI_LOG_LEVEL"] = "WARNING"
+        os.environ.pop("KUITTI_DATABASE_URL", None)
+        if url:
+            os.environ["KUITTI_DATABASE_URL"] = url
+            subprocess.run([str(BIN / "kuitti"), "db", "upgrade"], check=True, capture_output=True)
+        created = subprocess.run(
+            [str(BIN / "kuitti"), "partner", "create", "--name", "Bench", "--role", "merchant",
+             "--json"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        yield json.loads(created.stdout)["api_key"]
+
+
+async def post(app: object, body: bytes, api_key: str) -> int:
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/api/v1/receipts/", "raw_path": b"/api/v1/receipts/",
+        "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+        "headers": [
+            (b"host", b"bench"), (b"content-type", b"application/json"),
+            (b"authorization", f"Token {api_key}".encode()),
+            (b"content-length", str(len(body)).encode()),
+        ],
+    }  # fmt: skip
+    sent = False
+    statuses: list[int] = []
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            await asyncio.Event().wait()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(int(message["status"]))  # type: ignore[call-overload]
+
+    await app(scope, receive, send)  # type: ignore[operator]
+    return statuses[0]
+
+
+async def run(app: object, bodies: list[bytes], api_key: str, count: int, clients: int) -> None:
+    numbers = iter(range(count))
+
+    async def client() -> None:
+        for number in numbers:
+            status = await post(app, bodies[number % len(bodies)], api_key)
+            assert status == 200, status
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument("--receipts", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=50)
+    args = parser.parse_args()
+    rng = random.Random(20260115)
+    bodies = [json.dumps(realistic_receipt(rng, i, 60)).encode() for i in range(200)]
+    with tempfile.TemporaryDirectory() as tmp, setup(args.database, Path(tmp)) as api_key:
+        app = create_app()
+        tune_garbage_collector()  # as the lifespan does in a served process
+        asyncio.run(run(app, bodies, api_key, 200, args.clients))  # warm-up
+        started, cpu = time.perf_counter(), time.process_time()
+        asyncio.run(run(app, bodies, api_key, args.receipts, args.clients))
+        wall = time.perf_counter() - started
+        per_post = 1000 * (time.process_time() - cpu) / args.receipts
+        cpu = time.process_time()
+        for number in range(args.receipts):
+            parse_receipt_request(bodies[number % len(bodies)], attachments_enabled=False)
+        per_validation = 1000 * (time.process_time() - cpu) / args.receipts
+    print(
+        f"{args.database}: {args.receipts} receipts, {args.clients} clients, "
+        f"{args.receipts / wall:.0f}/s in one process; CPU per receipt {per_post:.2f} ms, "
+        f"of which validation alone {per_validation:.2f} ms, "
+        f"the rest {per_post - per_validation:.2f} ms; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

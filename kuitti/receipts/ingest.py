@@ -1,0 +1,188 @@
+"""The receipt post, from the request's headers and body to the committed answer.
+
+The request path (docs/architecture.md, "The receipt post"):
+
+1. On the event loop, with no thread hop: the API key's holder (``KeyHolder``, remembered per
+   process, looked up in a thread only on first sight), the role, the headers and the
+   validation of the body.
+2. The validated posting joins the queue of this process's writer and waits. The writer takes
+   every posting waiting, stores them in one transaction (``service.create_receipts``: the
+   key holders read again, then a few multi-row inserts), commits once, and only then answers
+   each of them. While it writes, the next postings gather for the next commit.
+3. If the batch fails as a whole (a unique row taken by another process meanwhile, a database
+   error), it is rolled back and each posting is written alone, so one bad receipt fails only
+   its own request.
+
+Every 200 is sent after the commit that stored it; a crash before the commit loses the
+requests in flight, which then never got an answer. An error answered from step 1 with a
+remembered key holder is answered only after a fresh lookup agrees (so a rotated key gets 401,
+not a validation error), and a posting whose partner changed is validated again from a fresh
+lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+import anyio.to_thread
+
+from kuitti.config import Settings
+from kuitti.db import Database
+from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, Unauthorized
+from kuitti.logs import log
+from kuitti.models import PartnerRole
+from kuitti.partners.keys import (
+    INVALID_KEY,
+    KeyHolder,
+    KeyHolderCache,
+    key_digest,
+    require_json,
+    require_role,
+)
+from kuitti.partners.service import partner_by_key_digest
+from kuitti.receipts.checks import check_body
+from kuitti.receipts.service import IdempotencyKey, Outcome, Posting, create_receipts
+from kuitti.services import Services
+
+IDEMPOTENCY_KEY_MAX = 255
+MAX_BATCH = 256
+ATTEMPTS = 3
+
+
+class Ingest:
+    """One process's receipt posts: its remembered key holders and its group-commit writer."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.key_holders = KeyHolderCache()
+        self._waiting: list[tuple[Posting, asyncio.Future[Outcome]]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._writing = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Postings waiting for the writer or being written now."""
+        return len(self._waiting) + self._writing
+
+    async def post(
+        self,
+        body: bytes,
+        *,
+        authorization: str | None,
+        content_type: str | None,
+        idempotency_key: str | None,
+    ) -> tuple[int, dict[str, object]]:
+        """The status and body of the answer; a ``KuittiError`` for an error answer."""
+        now = self.services.clock.now()
+        digest = key_digest(authorization)
+        for attempt in range(ATTEMPTS):
+            holder = None if attempt else self.key_holders.get(digest)
+            looked_up = holder is None
+            if holder is None:
+                holder = await self._look_up(digest)
+            try:
+                posting = _validated(holder, body, content_type, idempotency_key, now)
+            except KuittiError:
+                if looked_up:
+                    raise
+                continue  # answer only what a fresh lookup agrees with
+            outcome = await self._write(posting)
+            if outcome.stale:
+                self.key_holders.forget(digest)
+                continue
+            if outcome.error is not None:
+                raise outcome.error
+            assert outcome.answer is not None
+            return outcome.answer
+        raise RuntimeError("the partner of this API key kept changing while the receipt was posted")
+
+    async def _look_up(self, digest: str) -> KeyHolder:
+        holder = await anyio.to_thread.run_sync(_key_holder, self.services.db, digest)
+        if holder is None:
+            self.key_holders.forget(digest)
+            raise Unauthorized(INVALID_KEY)
+        self.key_holders.put(holder)
+        return holder
+
+    async def _write(self, posting: Posting) -> Outcome:
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._waiting.append((posting, future))
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_waiting())
+        return await future
+
+    async def _write_waiting(self) -> None:
+        """Write batches until nothing waits; one batch at a time, in one thread."""
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
+                self._writing = len(batch)
+                try:
+                    outcomes = await anyio.to_thread.run_sync(
+                        write_batch,
+                        self.services.db,
+                        self.services.settings,
+                        [posting for posting, _ in batch],
+                    )
+                except BaseException:
+                    # Cancelled (the server is stopping): nobody waits for an answer for ever.
+                    for _, future in batch + self._waiting:
+                        future.cancel()
+                    self._waiting = []
+                    raise
+                for (_, future), outcome in zip(batch, outcomes, strict=True):
+                    if not future.done():
+                        future.set_result(outcome)
+        finally:
+            self._writer = None
+            self._writing = 0
+
+
+def _validated(
+    holder: KeyHolder,
+    body: bytes,
+    content_type: str | None,
+    idempotency_key: str | None,
+    now: datetime,
+) -> Posting:
+    """The checks of a receipt post, in the order their errors are answered."""
+    require_role(holder, PartnerRole.MERCHANT)
+    if idempotency_key is not None and len(idempotency_key) > IDEMPOTENCY_KEY_MAX:
+        raise InvalidRequest(
+            [
+                ErrorDetail(
+                    "invalid_value",
+                    "header.idempotency-key: String should have at most "
+                    f"{IDEMPOTENCY_KEY_MAX} characters",
+                )
+            ]
+        )
+    require_json(content_type)
+    request = check_body(body, holder)
+    idempotency = None
+    if idempotency_key:
+        idempotency = IdempotencyKey(idempotency_key, request.body_hash)
+    return Posting(holder, request, now, idempotency)
+
+
+def _key_holder(db: Database, digest: str) -> KeyHolder | None:
+    with db.session(write=False) as session:
+        partner = partner_by_key_digest(session, digest)
+        return None if partner is None else KeyHolder.of(partner)
+
+
+def write_batch(db: Database, settings: Settings, postings: list[Posting]) -> list[Outcome]:
+    """Store ``postings`` in one transaction; if it fails as a whole, each one alone."""
+    try:
+        with db.session() as session:
+            return create_receipts(session, settings, postings)
+    except Exception as exc:
+        if len(postings) == 1:
+            return [Outcome(error=exc)]
+        log.warning(
+            "receipt batch failed; writing its receipts one by one",
+            receipts=len(postings),
+            error=type(exc).__name__,
+        )
+    return [write_batch(db, settings, [posting])[0] for posting in postings]

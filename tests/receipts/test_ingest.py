@@ -1,0 +1,275 @@
+"""The receipt post's writer: postings committed together, and what may not change because of it.
+
+Receipts are held back from the database (the test holds the write lock: SQLite's single
+writer, or a PostgreSQL table lock) until every request of a test waits in the writer's queue,
+so they really are written as one batch; then the lock is let go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import func, select, text
+
+from kuitti.models import IdempotencyRecord, Receipt
+from kuitti.partners.service import NewPartner
+from kuitti.receipts.ingest import Ingest
+from kuitti.services import Services
+from tests.conftest import LiveServer
+from tests.factories import auth, make_partner, receipt_doc, token_body
+from tests.test_cli import run, run_json
+
+REFUSED = "REFUSED"
+ERROR_500 = {
+    "error": "internal_error",
+    "decription": "Something went wrong on our side; nothing was saved.",
+}
+
+
+def ingest_of(server: LiveServer) -> Ingest:
+    app = server.server.config.app
+    assert isinstance(app, FastAPI)
+    ingest: Ingest = app.state.ingest
+    return ingest
+
+
+def stored_numbers(services: Services) -> list[str]:
+    with services.db.session(write=False) as session:
+        return sorted(session.scalars(select(Receipt.receipt_number)))
+
+
+@contextlib.contextmanager
+def writes_held(services: Services) -> Iterator[None]:
+    """No receipt is written while the block runs."""
+    with services.db.session() as session:
+        if services.db.dialect == "postgresql":
+            session.execute(text("LOCK TABLE receipts IN EXCLUSIVE MODE"))
+        yield
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    """Wait (at most 30 s) for something another thread does; no fixed delay."""
+    changed = threading.Event()
+    for _ in range(3000):
+        if condition():
+            return
+        changed.wait(0.01)
+    raise AssertionError("the condition never held")
+
+
+def post_as_one_batch(
+    server: LiveServer, services: Services, requests: list[tuple[dict[str, Any], dict[str, str]]]
+) -> list[httpx.Response]:
+    """Send the requests while writes are held, let go once all of them wait in the writer."""
+    ingest = ingest_of(server)
+
+    def send(body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            return http.post("/api/v1/receipts/", json=body, headers=headers)
+
+    with ThreadPoolExecutor(len(requests)) as pool:
+        with writes_held(services):
+            futures: list[Future[httpx.Response]] = [
+                pool.submit(send, body, headers) for body, headers in requests
+            ]
+            wait_until(lambda: ingest.in_flight == len(requests))
+        return [future.result() for future in futures]
+
+
+def post_numbered(
+    server: LiveServer, services: Services, numbers: list[str]
+) -> dict[str, httpx.Response]:
+    """One receipt per number, from one merchant, as one batch; the answers by number."""
+    merchant = make_partner(services)
+    bodies = [(receipt_doc(receiptNumber=n), auth(merchant.api_key)) for n in numbers]
+    return dict(zip(numbers, post_as_one_batch(server, services, bodies), strict=True))
+
+
+@pytest.fixture
+def refusing_trigger(services: Services) -> Iterator[Callable[[str], None]]:
+    """Installs a trigger that makes the database refuse the receipt numbered ``REFUSED``,
+    when it is inserted (``insert``) or, PostgreSQL only, when it is committed (``commit``)."""
+    postgresql = services.db.dialect == "postgresql"
+
+    def install(when: str) -> None:
+        with services.db.engine.begin() as connection:
+            if not postgresql:
+                connection.execute(
+                    text(
+                        "CREATE TRIGGER refuse_receipt BEFORE INSERT ON receipts "
+                        f"WHEN NEW.receipt_number = '{REFUSED}' "
+                        "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+                    )
+                )
+                return
+            connection.execute(
+                text(
+                    "CREATE FUNCTION refuse_receipt() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                    f"BEGIN IF NEW.receipt_number = '{REFUSED}' THEN "
+                    "RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$"
+                )
+            )
+            if when == "insert":
+                connection.execute(
+                    text(
+                        "CREATE TRIGGER refuse_receipt BEFORE INSERT ON receipts "
+                        "FOR EACH ROW EXECUTE FUNCTION refuse_receipt()"
+                    )
+                )
+            else:
+                connection.execute(
+                    text(
+                        "CREATE CONSTRAINT TRIGGER refuse_receipt AFTER INSERT ON receipts "
+                        "DEFERRABLE INITIALLY DEFERRED "
+                        "FOR EACH ROW EXECUTE FUNCTION refuse_receipt()"
+                    )
+                )
+
+    yield install
+    with services.db.engine.begin() as connection:
+        if postgresql:
+            connection.execute(text("DROP TRIGGER IF EXISTS refuse_receipt ON receipts"))
+            connection.execute(text("DROP FUNCTION IF EXISTS refuse_receipt()"))
+        else:
+            connection.execute(text("DROP TRIGGER IF EXISTS refuse_receipt"))
+
+
+def till(number: int) -> dict[str, str]:
+    return {"type": "RECEIPT_ID", "namespace": "kauppa", "value": f"till-{number}"}
+
+
+def test_receipts_waiting_together_are_stored_and_answered_together(
+    live_server: LiveServer, services: Services
+) -> None:
+    merchant = make_partner(services, namespaces=["kauppa"])
+    requests = [
+        (token_body(receipt_doc(receiptNumber=f"R-{i}"), till(i)), auth(merchant.api_key))
+        for i in range(6)
+    ]
+    responses = post_as_one_batch(live_server, services, requests)
+    assert [r.status_code for r in responses] == [200] * 6
+    assert len({r.json()["receipt_id"] for r in responses}) == 6
+    assert stored_numbers(services) == [f"R-{i}" for i in range(6)]
+
+
+def test_one_identifier_twice_in_a_batch_is_stored_once(
+    live_server: LiveServer, services: Services
+) -> None:
+    """The same RECEIPT_ID three times in one batch, on two documents: whichever the writer
+    takes first is stored; a post of the same document is a resend of it (200, the same id), a
+    post of the other a duplicate, as when they come one after the other."""
+    merchant = make_partner(services, namespaces=["kauppa"])
+    numbers = ["R-1", "R-1", "R-2"]
+    responses = post_as_one_batch(
+        live_server,
+        services,
+        [
+            (token_body(receipt_doc(receiptNumber=n), till(1)), auth(merchant.api_key))
+            for n in numbers
+        ],
+    )
+    [kept] = stored_numbers(services)
+    ids = set()
+    for number, response in zip(numbers, responses, strict=True):
+        if number == kept:
+            assert response.status_code == 200
+            ids.add(response.json()["receipt_id"])
+        else:
+            assert response.status_code == 400
+            assert response.json()["error"] == "duplicate_receipt_id"
+    assert len(ids) == 1
+
+
+def test_one_idempotency_key_twice_in_a_batch_replays_the_first_answer(
+    live_server: LiveServer, services: Services
+) -> None:
+    merchant = make_partner(services)
+    body = receipt_doc(receiptNumber="R-1")
+    headers = {**auth(merchant.api_key), "Idempotency-Key": "k-1"}
+    responses = post_as_one_batch(live_server, services, [(body, headers)] * 3)
+    assert [r.status_code for r in responses] == [200] * 3
+    assert len({r.content for r in responses}) == 1
+    assert stored_numbers(services) == ["R-1"]
+    with services.db.session(write=False) as session:
+        assert session.scalar(select(func.count()).select_from(IdempotencyRecord)) == 1
+
+
+def test_a_receipt_the_database_refuses_fails_alone(
+    live_server: LiveServer, services: Services, refusing_trigger: Callable[[str], None]
+) -> None:
+    refusing_trigger("insert")
+    answers = post_numbered(live_server, services, ["R-1", "R-2", REFUSED, "R-3"])
+    assert answers[REFUSED].status_code == 500
+    assert answers[REFUSED].json() == ERROR_500
+    assert all(answers[n].status_code == 200 for n in ("R-1", "R-2", "R-3"))
+    assert stored_numbers(services) == ["R-1", "R-2", "R-3"]
+
+
+def test_a_commit_that_fails_answers_no_200_for_what_it_held(
+    live_server: LiveServer, services: Services, refusing_trigger: Callable[[str], None]
+) -> None:
+    """The batch's commit fails (a deferred constraint): nothing it held was answered 200 before
+    it; the receipts that can be stored are then stored one by one, and only they get 200."""
+    if services.db.dialect != "postgresql":
+        pytest.skip("SQLite has no constraint checked only at commit that a test can add")
+    refusing_trigger("commit")
+    answers = post_numbered(live_server, services, ["R-1", REFUSED, "R-2"])
+    assert {n: r.status_code for n, r in answers.items()} == {"R-1": 200, REFUSED: 500, "R-2": 200}
+    assert answers[REFUSED].json() == ERROR_500
+    with services.db.session(write=False) as session:
+        for number in ("R-1", "R-2"):
+            receipt = session.get(Receipt, uuid.UUID(answers[number].json()["receipt_id"]))
+            assert receipt is not None
+            assert receipt.receipt_number == number
+    assert stored_numbers(services) == ["R-1", "R-2"]
+
+
+class TestRememberedKeyHolders:
+    """A key holder remembered by the process never outlives a change of its partner."""
+
+    @pytest.fixture
+    def merchant(self, client: httpx.Client, services: Services) -> NewPartner:
+        """A merchant whose key holder the server remembers: it has posted once."""
+        merchant = make_partner(services)
+        posted = client.post(
+            "/api/v1/receipts/", json=receipt_doc(), headers=auth(merchant.api_key)
+        )
+        assert posted.status_code == 200
+        return merchant
+
+    def test_a_rotated_key_is_refused_at_once(
+        self, client: httpx.Client, services: Services, merchant: NewPartner
+    ) -> None:
+        headers = auth(merchant.api_key)
+        run_json(services, "partner", "rotate", str(merchant.partner.id), "--secret", "api_key")
+        refused = client.post(
+            "/api/v1/receipts/", json=receipt_doc(receiptNumber="R-2"), headers=headers
+        )
+        assert refused.status_code == 401
+        assert refused.json() == {
+            "error": "unauthorized",
+            "decription": "The API key is not valid.",
+        }
+        assert len(stored_numbers(services)) == 1
+
+    def test_a_disabled_partner_gets_401_not_a_validation_error(
+        self, client: httpx.Client, services: Services, merchant: NewPartner
+    ) -> None:
+        headers = auth(merchant.api_key)
+        assert run(services, "partner", "disable", str(merchant.partner.id)).exit_code == 0
+        invalid = client.post("/api/v1/receipts/", json={"receipt": 1}, headers=headers)
+        assert invalid.status_code == 401
+        assert run(services, "partner", "enable", str(merchant.partner.id)).exit_code == 0
+        again = client.post(
+            "/api/v1/receipts/", json=receipt_doc(receiptNumber="R-2"), headers=headers
+        )
+        assert again.status_code == 200
+        assert len(stored_numbers(services)) == 2
