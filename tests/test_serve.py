@@ -17,7 +17,7 @@ from kuitti.services import Services
 from tests.factories import auth, receipt_doc
 
 KUITTI = shutil.which("kuitti", path=str(Path(sys.executable).parent)) or "kuitti"
-START_TIMEOUT_SECONDS = 120  # generous: a loaded CI host can take long to import
+START_TIMEOUT_SECONDS = 300  # generous: a loaded CI host can take minutes to import
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
@@ -25,7 +25,9 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
     while time.monotonic() < deadline:
         assert process.poll() is None, log.read_text()
         try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+            # A long timeout: a process's first answer is slow on a loaded host, and a poll
+            # that gives up on it only asks again, as slowly.
+            if httpx.get(f"{url}/readyz", timeout=30).status_code == 200:
                 return
         except httpx.TransportError:
             pass
