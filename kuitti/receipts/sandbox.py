@@ -2,7 +2,8 @@
 (docs/sandbox.md): the worker does it every hour, ``kuitti receipts purge-sandbox`` at once.
 
 A sandbox receipt is deleted with everything that hangs on it: its links, grants, card-linking
-rows and e-mails. A test card's purchase it had matched is freed (the test card stays).
+rows and e-mails; a return that named it as its original no longer does. A test card's purchase
+it had matched is freed (the test card stays).
 Production receipts are never touched: every statement is bounded by the ids of sandbox
 receipts, found through an index that holds only them.
 """
@@ -44,6 +45,10 @@ def purge_batch(
     )
     if not ids:
         return 0
+    # A (sandbox) return names its original: the link goes with whichever is deleted first.
+    session.execute(
+        update(Receipt).where(Receipt.original_receipt_id.in_(ids)).values(original_receipt_id=None)
+    )
     payments = select(CardPaymentRecord.id).where(CardPaymentRecord.receipt_id.in_(ids))
     session.execute(
         update(CardPurchase).where(CardPurchase.payment_id.in_(payments)).values(payment_id=None)

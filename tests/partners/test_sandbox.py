@@ -500,6 +500,25 @@ class TestRetention:
         # The link is free again for the next test run.
         post(client, test_merchant, body)
 
+    def test_a_return_and_its_original(
+        self, client: httpx.Client, services: Services, clock: FrozenClock
+    ) -> None:
+        """The return names the purchase; the purchase, older, goes in an earlier batch."""
+        test_merchant = sandbox_partner(services)
+        original = post(client, test_merchant, receipt_doc())["receipt_id"]
+        clock.set(clock.now() + timedelta(days=1))
+        refund = receipt_doc(type="RETURN", payments=None, originalReceiptId=original)
+        returned = post(client, test_merchant, refund)
+        with services.db.session(write=False) as session:
+            stored = session.get(Receipt, uuid.UUID(returned["receipt_id"]))
+            assert stored is not None
+            assert str(stored.original_receipt_id) == original
+        clock.set(clock.now() + timedelta(days=7, minutes=-1))
+        assert purge_sandbox_receipts(services) == 1  # the purchase only
+        clock.set(clock.now() + timedelta(days=1))
+        assert purge_sandbox_receipts(services) == 1
+        assert count(services, Receipt) == 0
+
     def test_the_worker_deletes_them(
         self, client: httpx.Client, services: Services, clock: FrozenClock
     ) -> None:
