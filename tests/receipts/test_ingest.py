@@ -19,7 +19,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import func, select, text
 
-from kuitti.models import IdempotencyRecord, Receipt
+from kuitti.models import IdempotencyRecord, PartnerRole, Receipt
 from kuitti.partners.service import NewPartner
 from kuitti.receipts.ingest import Ingest
 from kuitti.services import Services
@@ -273,3 +273,37 @@ class TestRememberedKeyHolders:
         )
         assert again.status_code == 200
         assert len(stored_numbers(services)) == 2
+
+
+def test_the_checks_answer_in_their_order(client: httpx.Client, services: Services) -> None:
+    """The route reads its headers itself; each check still answers before the next one's:
+    401, 403, the Idempotency-Key's length (400, in FastAPI's words), 415, then the body."""
+    merchant = make_partner(services)
+    reader = make_partner(services, PartnerRole.APP, name="Lukija Oy")
+    long_key = {"Idempotency-Key": "k" * 256, "Content-Type": "text/plain"}
+
+    def post(headers: dict[str, str]) -> tuple[int, object]:
+        response = client.post("/api/v1/receipts/", content=b"{", headers=headers)
+        return response.status_code, response.json()
+
+    assert post({**long_key, **auth(reader.api_key)}) == (
+        403,
+        {
+            "error": "forbidden",
+            "decription": "This API key's partner does not have the merchant role.",
+        },
+    )
+    assert post({**long_key, **auth(merchant.api_key)}) == (
+        400,
+        {
+            "error": "invalid_value",
+            "decription": "header.idempotency-key: String should have at most 255 characters",
+        },
+    )
+    assert (
+        post(
+            {"Idempotency-Key": "k" * 255, "Content-Type": "text/plain", **auth(merchant.api_key)}
+        )[0]
+        == 415
+    )
+    assert stored_numbers(services) == []
