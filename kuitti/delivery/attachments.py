@@ -11,10 +11,8 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from kuitti.i18n import Language
-from kuitti.models import MailMessage, Partner, Receipt
-from kuitti.receipts.formats import DataFormat
-from kuitti.receipts.formats.rendering import render
-from kuitti.receipts.relations import relations
+from kuitti.models import MailMessage, Receipt
+from kuitti.receipts.formats.rendering import render_service_pdf
 from kuitti.receipts.view import parse_document
 from kuitti.services import Services
 
@@ -53,13 +51,5 @@ def attachments_for(
     receipt = session.get(Receipt, message.receipt_pdf_id)
     if receipt is None:
         return []
-    poster = session.get(Partner, receipt.partner_id)
-    assert poster is not None
-    rendered = render(
-        receipt,
-        poster,
-        DataFormat.SERVICE_PDF,
-        locale=receipt_language(receipt).value,
-        relations=relations(session, receipt),
-    )
+    rendered = render_service_pdf(session, receipt, locale=receipt_language(receipt).value)
     return [(rendered.filename, rendered.content)]

@@ -24,11 +24,9 @@ from kuitti.delivery.service import deliver_to_user
 from kuitti.delivery.texts import page_text
 from kuitti.deps import Now, ReadSession, ServicesDep, get_services
 from kuitti.metrics import LINK_RATE_LIMITED
-from kuitti.models import Connection, Partner, Receipt, User
+from kuitti.models import Connection, Receipt, User
 from kuitti.oauth.bearer import AppConnection
-from kuitti.receipts.formats import DataFormat
-from kuitti.receipts.formats.rendering import render
-from kuitti.receipts.relations import relations
+from kuitti.receipts.formats.rendering import render_service_pdf
 from kuitti.users.sessions import CurrentUser, login_url
 from kuitti.web import CsrfForm, check_csrf
 from kuitti.web import render as render_page
@@ -168,15 +166,7 @@ def _show(
 
 
 def _pdf(session: Session, receipt: Receipt, language: str) -> Response:
-    poster = session.get(Partner, receipt.partner_id)
-    assert poster is not None
-    rendered = render(
-        receipt,
-        poster,
-        DataFormat.SERVICE_PDF,
-        locale=language,
-        relations=relations(session, receipt),
-    )
+    rendered = render_service_pdf(session, receipt, locale=language)
     return Response(
         rendered.content,
         media_type=rendered.media_type,

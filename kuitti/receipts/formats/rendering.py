@@ -17,6 +17,8 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import assert_never
 
+from sqlalchemy.orm import Session
+
 from kuitti.i18n import as_language
 from kuitti.models import Partner, Receipt
 from kuitti.receipts.formats import (
@@ -29,7 +31,7 @@ from kuitti.receipts.formats import (
     service_pdf,
 )
 from kuitti.receipts.formats.layout import Layout
-from kuitti.receipts.relations import NO_RELATIONS, Relations, relations_key
+from kuitti.receipts.relations import NO_RELATIONS, Relations, relations, relations_key
 from kuitti.receipts.view import build_view, parse_document, relation_lines
 
 # Bump when a renderer's output changes, so ETags and cached bytes change with it.
@@ -143,6 +145,20 @@ def render(
     rendered = _render(receipt, poster, fmt, layout, as_language(locale).value, relations)
     cache.put(key, rendered)
     return rendered
+
+
+def render_service_pdf(session: Session, receipt: Receipt, *, locale: str) -> Rendered:
+    """The receipt's ``service_pdf`` as a person gets it (a link page, an e-mail attachment):
+    its poster's name and its relation to a return or purchase read from ``session``."""
+    poster = session.get(Partner, receipt.partner_id)
+    assert poster is not None
+    return render(
+        receipt,
+        poster,
+        DataFormat.SERVICE_PDF,
+        locale=locale,
+        relations=relations(session, receipt),
+    )
 
 
 def _render(
