@@ -4,6 +4,9 @@ Field names are the interface's own spellings (``EANCode``, ``VATRate``, ``MID``
 hold this module beside the tables. Unknown keys are allowed and kept (``extra="allow"``); the
 stored document is always the one posted, these models only check it. Types are strict: a string
 where the table says Integer is ``invalid_type``, never coerced.
+
+Why one long module: it is the interface's tables written as code, one class per table in the
+tables' order; splitting it would make it harder to hold beside them.
 """
 
 from __future__ import annotations

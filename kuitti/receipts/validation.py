@@ -3,6 +3,9 @@
 Three passes, each reporting everything it finds: the JSON itself, the shape of the document
 (Pydantic), then the rules that span fields (arithmetic, verifications, attachments). The rules
 run only on a document of the right shape, since sums over malformed rows mean nothing.
+
+Why one long module: the rules across fields are many small functions over one ``Receipt``, and
+the quick path and the reference path (``fully=True``) must stay visibly the same checks.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ One delivery goes through three steps, each usable on its own (tests call them d
 ``MAX_IN_FLIGHT_PER_PARTNER`` to one partner (a slow partner cannot hold up the others), outcomes
 written in batches. It waits for work on an in-process wake-up (a commit that queued a webhook),
 PostgreSQL ``LISTEN``, or a short poll (retries falling due, other processes on SQLite).
+
+Why one long module: the three steps and the pipeline share the lease, the in-flight limits and
+the batch window, and a crash between any two of them must lose nothing; reading them side by
+side is how that is checked.
 """
 
 from __future__ import annotations
