@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
 
@@ -144,6 +144,12 @@ class ReceiptSummary(BaseModel):
     receipt_time: str
     total: int
     currency: str
+    original_receipt_id: str | None = Field(
+        None, description="On a return linked to its purchase, if the caller may read it too."
+    )
+    return_receipt_ids: list[str] | None = Field(
+        None, description="On a purchase, its linked returns that the caller may read too."
+    )
 
 
 class ReceiptList(BaseModel):

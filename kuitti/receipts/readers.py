@@ -16,11 +16,12 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, bindparam, exists, or_, select
+from sqlalchemy import ColumnElement, Row, and_, bindparam, exists, or_, select
 from sqlalchemy.orm import Session, lazyload
 from sqlalchemy.sql.elements import BindParameter
 
@@ -157,6 +158,8 @@ def list_receipts(
             Receipt.total,
             Receipt.currency,
             page_keys.c.receipt_time,
+            Receipt.original_receipt_id,
+            Receipt.return_count,
         )
         .join(page_keys, page_keys.c.receipt_id == Receipt.id)
         .where(Receipt.sandbox.is_(reader.sandbox))
@@ -164,15 +167,17 @@ def list_receipts(
     )
     rows = session.execute(query).all()
     page = rows[:limit]
+    relations = _readable_relations(session, reader, page)
     items = [
         {
-            "receipt_id": str(receipt_id),
-            "merchant_name": merchant_name,
-            "receipt_time": receipt_timestamp,
-            "total": total,
-            "currency": currency,
+            "receipt_id": str(row.id),
+            "merchant_name": row.merchant_name,
+            "receipt_time": row.receipt_timestamp,
+            "total": row.total,
+            "currency": row.currency,
+            **relations.get(row.id, {}),
         }
-        for receipt_id, merchant_name, receipt_timestamp, total, currency, _sort_time in page
+        for row in page
     ]
     next_cursor = None
     if len(rows) > limit:
@@ -180,6 +185,51 @@ def list_receipts(
         last = page[-1]
         next_cursor = encode_cursor(last.receipt_time, last.id)
     return {"receipts": items, "next_cursor": next_cursor}
+
+
+def _readable_relations(
+    session: Session, reader: Reader, page: Sequence[Row[Any]]
+) -> dict[uuid.UUID, dict[str, Any]]:
+    """A page's returns and purchases linked to each other (``receipts/returns.py``), as the
+    list shows them: ``original_receipt_id`` on a return, ``return_receipt_ids`` on a purchase,
+    each only where the reader may read the other receipt too. No query for a page without."""
+    originals = {row.id: row.original_receipt_id for row in page if row.original_receipt_id}
+    purchases = [row.id for row in page if row.return_count]
+    returns: dict[uuid.UUID, list[uuid.UUID]] = {}
+    if purchases:
+        linked = session.execute(
+            select(Receipt.original_receipt_id, Receipt.id)
+            .where(Receipt.original_receipt_id.in_(purchases))
+            .order_by(Receipt.receipt_time, Receipt.id)
+        )
+        for purchase, linked_return in linked:
+            assert purchase is not None
+            returns.setdefault(purchase, []).append(linked_return)
+    wanted = set(originals.values()) | {r for ids in returns.values() for r in ids}
+    if not wanted:
+        return {}
+    readable = _readable_ids(session, reader, wanted)
+    relations: dict[uuid.UUID, dict[str, Any]] = {}
+    for receipt_id, original in originals.items():
+        if original in readable:
+            relations.setdefault(receipt_id, {})["original_receipt_id"] = str(original)
+    for purchase, ids in returns.items():
+        shown = [str(r) for r in ids if r in readable]
+        if shown:
+            relations.setdefault(purchase, {})["return_receipt_ids"] = shown
+    return relations
+
+
+def _readable_ids(session: Session, reader: Reader, ids: set[uuid.UUID]) -> set[uuid.UUID]:
+    if reader.user_id is not None:
+        query = select(ReceiptDelivery.receipt_id).where(
+            ReceiptDelivery.user_id == reader.user_id, ReceiptDelivery.receipt_id.in_(ids)
+        )
+    else:
+        query = select(ReceiptGrant.receipt_id).where(
+            ReceiptGrant.receipt_id.in_(ids), _readable_by_partner(reader.partner_id)
+        )
+    return set(session.scalars(query))
 
 
 def encode_cursor(moment: datetime, receipt_id: uuid.UUID) -> str:

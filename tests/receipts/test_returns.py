@@ -379,6 +379,45 @@ class TestExplain:
         assert f"return of receipt {original} ({ORIGINAL_NUMBER}, {ORIGINAL_TIME})" in human
 
 
+class TestTheList:
+    def test_the_list_shows_the_relation_both_ways(self, world: World) -> None:
+        original = delivered_to_user(world)
+        refund = posted(world, return_doc(originalReceiptId=original))["receipt_id"]
+        plain = posted(world, receipt_doc(receiptNumber="R-2026-0200"))["receipt_id"]
+        answer = world.client.get(URL, headers=auth(world.merchant.api_key))
+        assert answer.status_code == 200, answer.text
+        listed = {item["receipt_id"]: item for item in answer.json()["receipts"]}
+        assert listed[refund]["original_receipt_id"] == original
+        assert listed[original]["return_receipt_ids"] == [refund]
+        assert "original_receipt_id" not in listed[original]
+        assert set(listed[plain]) == {
+            "receipt_id",
+            "merchant_name",
+            "receipt_time",
+            "total",
+            "currency",
+        }
+
+    def test_a_relation_to_a_receipt_the_reader_cannot_see_is_left_out(self, world: World) -> None:
+        """The return reached the purchaser's app; the purchase was posted before the user
+        connected it, so the app reads the return alone and learns nothing of the purchase."""
+        original = delivered_to_user(world)
+        app = webhook_partner(world.services, "http://127.0.0.1:9/hook", name="Kuittisovellus")
+        add_connection(world.services, world.user.id, app.partner.id)
+        refund = posted(world, return_doc(originalReceiptId=original))["receipt_id"]
+        answer = world.client.get(URL, headers=auth(app.api_key))
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["receipts"] == [
+            {
+                "receipt_id": refund,
+                "merchant_name": "Kauppa Oy",
+                "receipt_time": "2026-01-16T10:00:00+02:00",
+                "total": answer.json()["receipts"][0]["total"],
+                "currency": "EUR",
+            }
+        ]
+
+
 class TestRacingArrivals:
     def test_a_return_and_its_purchases_match_arriving_together(self, world: World) -> None:
         """The return's link and the transaction that delivers its purchase race on real
