@@ -23,7 +23,7 @@ from kuitti import locks
 from kuitti.config import Settings
 from kuitti.delivery import links
 from kuitti.errors import ErrorDetail, InvalidRequest
-from kuitti.inputs import json_path, parse_json
+from kuitti.inputs import json_path
 from kuitti.models import Partner, Receipt, ReceiptLink
 from kuitti.partners.keys import KeyHolder
 from kuitti.receipts.readers import Reader, may_read
@@ -153,7 +153,7 @@ def dry_run(
                     "posting it again answers with that receipt and stores nothing new.",
                 )
             )
-    return found + advisories(body, request)
+    return found + advisories(request)
 
 
 # -- advisories -------------------------------------------------------------------------------
@@ -171,12 +171,11 @@ class Advisory:
         return {"code": self.code, "path": self.path, "message": self.message}
 
 
-def advisories(body: bytes, request: ReceiptRequest) -> list[Advisory]:
+def advisories(request: ReceiptRequest) -> list[Advisory]:
     """The advisory rules for a body ``check_body`` accepted: what a till most likely did not
     mean, in document order. Paths are the body's own, as errors' are."""
-    data = parse_json(body)
-    token_form = isinstance(data, dict) and ("receipt" in data or "attributes" in data)
-    prefix: tuple[str, ...] = ("receipt",) if token_form else ()
+    # The token form (``posted``) nests the document under "receipt", and so do its paths.
+    prefix: tuple[str, ...] = ("receipt",) if request.posted is not None else ()
     doc = request.receipt
     found: list[Advisory] = []
 
