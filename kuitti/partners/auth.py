@@ -9,7 +9,7 @@ from fastapi import Depends, Header
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from kuitti.deps import ReadSession, ServicesDep
+from kuitti.deps import ReadSession, ServicesDep, release_connection
 from kuitti.errors import Unauthorized
 from kuitti.models import Partner, PartnerRole
 from kuitti.partners.keys import INVALID_KEY, key_digest, require_role
@@ -29,12 +29,8 @@ def authenticate_partner(
     partner = partner_by_key_digest(session, key_digest(authorization))
     if partner is None:
         raise Unauthorized(INVALID_KEY)
-    # Hand the session's connection back before the route runs (the partner leaves with its
-    # namespaces loaded): a route that writes opens a unit of its own, and a request must never
-    # hold one connection while it waits for a second. With more requests in flight than the
-    # pool has connections, every one of them did, until the pool timeout answered 500.
-    session.expunge(partner)
-    session.rollback()
+    # The partner leaves with its namespaces loaded; no connection is kept (deps.py says why).
+    release_connection(session, partner)
     return partner
 
 
