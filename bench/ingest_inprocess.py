@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bare_app import parse_only  # noqa: E402  (bench/bare_app.py)
 from ingest import BIN, database, realistic_receipt  # noqa: E402  (bench/ingest.py)
 
 from kuitti.app import create_app, tune_garbage_collector  # noqa: E402
@@ -131,12 +132,16 @@ def main() -> None:
         for number in range(args.receipts):
             parse_receipt_request(bodies[number % len(bodies)], attachments_enabled=False)
         per_validation = 1000 * (time.process_time() - cpu) / args.receipts
+        asyncio.run(run(parse_only, bodies, api_key, 200, args.clients))  # warm-up
+        cpu = time.process_time()
+        asyncio.run(run(parse_only, bodies, api_key, args.receipts, args.clients))
+        per_parse = 1000 * (time.process_time() - cpu) / args.receipts
     print(
         f"{args.database}: {args.receipts} receipts, {args.clients} clients, "
         f"{args.receipts / wall:.0f}/s in one process; CPU per receipt {per_post:.2f} ms, "
         f"of which validation alone {per_validation:.2f} ms, "
-        f"the rest {per_post - per_validation:.2f} ms; "
-        f"load average {os.getloadavg()[0]:.2f}"
+        f"the rest {per_post - per_validation:.2f} ms; the parse-only reference (Starlette, "
+        f"bench/bare_app.py) {per_parse:.3f} ms per post; load average {os.getloadavg()[0]:.2f}"
     )
 
 
