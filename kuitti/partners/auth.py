@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Annotated
 
-from fastapi import Depends, Header
+from fastapi import Depends, Header, Request
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
@@ -70,14 +71,14 @@ MerchantPartner = Annotated[Partner, Depends(_merchant)]
 KeyPartner = Annotated[Partner, Depends(_any_partner)]
 
 
-async def _service_api_key(
-    service_apikey: Annotated[
-        str | None, Header(alias="SERVICE_APIKEY", convert_underscores=False)
-    ] = None,
-    service_apikey_dashed: Annotated[str | None, Header(alias="Service-Apikey")] = None,
-) -> str | None:
-    # Proxies such as nginx drop header names with underscores by default; both spellings work.
-    return service_apikey or service_apikey_dashed
+def service_api_key(headers: Mapping[str, str]) -> str | None:
+    """The partner application key from ``SERVICE_APIKEY`` or ``Service-Apikey``, if sent:
+    proxies such as nginx drop header names with underscores by default, so both work."""
+    return headers.get("service_apikey") or headers.get("service-apikey")
+
+
+async def _service_api_key(request: Request) -> str | None:
+    return service_api_key(request.headers)
 
 
 ServiceApiKey = Annotated[str | None, Depends(_service_api_key)]

@@ -22,12 +22,12 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Row, and_, bindparam, exists, or_, select
-from sqlalchemy.orm import Session, lazyload
-from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.orm import Session, aliased, defer, lazyload
 
-from kuitti.errors import ErrorDetail, InvalidRequest, NotFound
+from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, Unauthorized
 from kuitti.models import Card, Connection, Partner, Receipt, ReceiptDelivery, ReceiptGrant
 from kuitti.models.receipts import GrantReason
+from kuitti.partners.keys import INVALID_KEY
 
 MAX_LIST_LIMIT = 200
 DEFAULT_LIST_LIMIT = 50
@@ -62,7 +62,7 @@ def _grant_in_force() -> ColumnElement[bool]:
     )
 
 
-def _readable_by_partner(partner_id: uuid.UUID | BindParameter[Any]) -> ColumnElement[bool]:
+def _readable_by_partner(partner_id: uuid.UUID | ColumnElement[Any]) -> ColumnElement[bool]:
     return and_(ReceiptGrant.partner_id == partner_id, _grant_in_force())
 
 
@@ -94,6 +94,30 @@ _READABLE = {
 }
 
 
+# A partner key's read, its check on every request included, in one statement: the enabled
+# partner of the key digest, and (outer-joined, so a valid key that may not read the receipt
+# still finds its partner: 404, not 401) the receipt, its poster and the right to read it.
+_KEY_PARTNER = aliased(Partner, name="key_partner")
+_READABLE_WITH_KEY = (
+    select(_KEY_PARTNER.sandbox, Receipt, Partner)
+    .select_from(_KEY_PARTNER)
+    .outerjoin(
+        Receipt,
+        and_(
+            Receipt.id == bindparam("receipt_id"),
+            exists().where(
+                ReceiptGrant.receipt_id == bindparam("receipt_id"),
+                _readable_by_partner(_KEY_PARTNER.id.expression),
+            ),
+        ),
+    )
+    .outerjoin(Partner, Partner.id == Receipt.partner_id)
+    .where(_KEY_PARTNER.api_key_hash == bindparam("digest"), _KEY_PARTNER.disabled_at.is_(None))
+    # Not needed to answer (``token_statuses`` is parsed JSON; namespaces a second query).
+    .options(defer(Receipt.token_statuses), lazyload(Partner.namespaces))
+)
+
+
 def _params(reader: Reader, receipt_id: uuid.UUID) -> tuple[str, dict[str, uuid.UUID]]:
     if reader.user_id is not None:
         return "user", {"user_id": reader.user_id, "receipt_id": receipt_id}
@@ -115,6 +139,20 @@ def readable_receipt(
     if row is None or row[0].sandbox is not reader.sandbox:
         raise NotFound()
     return row[0], row[1]
+
+
+def readable_receipt_by_key(
+    session: Session, digest: str, receipt_id: uuid.UUID
+) -> tuple[Receipt, Partner]:
+    """``readable_receipt`` for the partner of a key digest, the key checked in the same
+    statement: 401 for a key no enabled partner holds, then 404 as ``readable_receipt``."""
+    row = session.execute(_READABLE_WITH_KEY, {"digest": digest, "receipt_id": receipt_id}).first()
+    if row is None:
+        raise Unauthorized(INVALID_KEY)
+    sandbox, receipt, poster = row
+    if receipt is None or receipt.sandbox is not sandbox:
+        raise NotFound()
+    return receipt, poster
 
 
 def list_receipts(
