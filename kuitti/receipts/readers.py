@@ -19,9 +19,21 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, bindparam, exists, or_, select
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Integer,
+    Row,
+    Select,
+    and_,
+    bindparam,
+    exists,
+    or_,
+    select,
+)
 from sqlalchemy.orm import Session, aliased, defer, lazyload
 
 from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, Unauthorized
@@ -155,40 +167,38 @@ def readable_receipt_by_key(
     return receipt, poster
 
 
-def list_receipts(
-    session: Session,
-    reader: Reader,
-    *,
-    since: datetime | None,
-    limit: int,
-    cursor: str | None,
-) -> dict[str, Any]:
-    """Newest first by receipt time, ties by receipt id; keyset pagination by an opaque cursor."""
+@cache
+def _page_query(kind: str, since: bool, after: bool) -> Select[Any]:
+    """The list page's statement for a ``partner`` or ``user`` reader, with or without ``since``
+    and a cursor; built once per variant (a list page is the other hot reading path), on the
+    bound ``owner``, ``since``, ``after_time``, ``after_id``, ``limit`` and ``sandbox``."""
     index: type[ReceiptGrant] | type[ReceiptDelivery]
-    if reader.user_id is not None:
+    if kind == "user":
         index = ReceiptDelivery
-        owner = ReceiptDelivery.user_id == reader.user_id
+        owner = ReceiptDelivery.user_id == bindparam("owner")
     else:
         index = ReceiptGrant
-        owner = _readable_by_partner(reader.partner_id)
+        owner = _readable_by_partner(bindparam("owner"))
     # The page's keys first (one partner may hold a receipt through several grants), then rows.
     keys = select(index.receipt_time, index.receipt_id).where(owner).distinct()
-    if since is not None:
-        keys = keys.where(index.receipt_time >= since)
-    if cursor is not None:
-        after_time, after_id = decode_cursor(cursor)
+    if since:
+        keys = keys.where(index.receipt_time >= bindparam("since"))
+    if after:
         keys = keys.where(
             or_(
-                index.receipt_time < after_time,
-                and_(index.receipt_time == after_time, index.receipt_id < after_id),
+                index.receipt_time < bindparam("after_time"),
+                and_(
+                    index.receipt_time == bindparam("after_time"),
+                    index.receipt_id < bindparam("after_id"),
+                ),
             )
         )
     page_keys = (
         keys.order_by(index.receipt_time.desc(), index.receipt_id.desc())
-        .limit(limit + 1)
+        .limit(bindparam("limit", type_=Integer))
         .subquery()
     )
-    query = (
+    return (
         select(
             Receipt.id,
             Receipt.merchant_name,
@@ -200,10 +210,31 @@ def list_receipts(
             Receipt.return_count,
         )
         .join(page_keys, page_keys.c.receipt_id == Receipt.id)
-        .where(Receipt.sandbox.is_(reader.sandbox))
+        .where(Receipt.sandbox == bindparam("sandbox", type_=Boolean))
         .order_by(page_keys.c.receipt_time.desc(), page_keys.c.receipt_id.desc())
     )
-    rows = session.execute(query).all()
+
+
+def list_receipts(
+    session: Session,
+    reader: Reader,
+    *,
+    since: datetime | None,
+    limit: int,
+    cursor: str | None,
+) -> dict[str, Any]:
+    """Newest first by receipt time, ties by receipt id; keyset pagination by an opaque cursor."""
+    params: dict[str, Any] = {"limit": limit + 1, "sandbox": reader.sandbox}
+    if since is not None:
+        params["since"] = since
+    if reader.user_id is not None:
+        kind, params["owner"] = "user", reader.user_id
+    else:
+        kind, params["owner"] = "partner", reader.partner_id
+    if cursor is not None:
+        params["after_time"], params["after_id"] = decode_cursor(cursor)
+    query = _page_query(kind, since is not None, cursor is not None)
+    rows = session.execute(query, params).all()
     page = rows[:limit]
     relations = _readable_relations(session, reader, page)
     items = [
