@@ -21,8 +21,8 @@ from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, NotFound, Un
 from kuitti.i18n import as_language, negotiate_locale
 from kuitti.models import Partner
 from kuitti.oauth.bearer import reading_connection
-from kuitti.partners.auth import authenticate_partner_id, service_api_key
-from kuitti.partners.keys import key_digest
+from kuitti.partners.auth import service_api_key
+from kuitti.partners.keys import key_digest, key_holder
 from kuitti.receipts import readers
 from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.layout import Layout
@@ -63,8 +63,8 @@ def _reader(services: Services, session: Session, headers: Headers) -> Reader:
     app_key = service_api_key(headers)
     if authorization is not None and _is_bearer(authorization):
         return _bearer_reader(services, session, app_key, authorization)
-    partner_id, sandbox = authenticate_partner_id(session, authorization or app_key)
-    return Reader(partner_id=partner_id, sandbox=sandbox)
+    holder = key_holder(session, authorization or app_key)
+    return Reader(partner_id=holder.id, sandbox=holder.sandbox)
 
 
 RECEIPT_BODY_SCHEMA = {
