@@ -1,9 +1,10 @@
 """The receipt JSON document, field for field as the interface's tables give it.
 
 Field names are the interface's own spellings (``EANCode``, ``VATRate``, ``MID``…), so a reader can
-hold this module beside the tables. Unknown keys are allowed and kept (``extra="allow"``); the
-stored document is always the one posted, these models only check it. Types are strict: a string
-where the table says Integer is ``invalid_type``, never coerced.
+hold this module beside the tables. Unknown keys are allowed: the stored document is always the
+one posted, unknown keys included, and these models only check it, so they do not copy unknown
+keys (``extra="ignore"``; keeping them on every model cost a sixth of validation). Types are
+strict: a string where the table says Integer is ``invalid_type``, never coerced.
 
 Why one long module: it is the interface's tables written as code, one class per table in the
 tables' order; splitting it would make it harder to hold beside them.
@@ -114,9 +115,12 @@ CustomAttributes = Annotated[
 
 
 class Document(BaseModel):
-    """Base of every part of the document: strict types, unknown keys kept."""
+    """Base of every part of the document: strict types, unknown keys allowed (and published
+    as allowed in the OpenAPI document), though not copied onto the model."""
 
-    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    model_config = ConfigDict(
+        extra="ignore", strict=True, frozen=True, json_schema_extra={"additionalProperties": True}
+    )
 
 
 class Address(Document):
