@@ -12,14 +12,20 @@ best of ``--repeat`` passes of this process's user+system CPU divided by the bod
 on the machine inflates it as little as possible; the load average is printed beside it. Compare
 the ratios, taken in the same run, more than the absolute figures.
 
+``--profile`` then prints where ``parse_receipt_request`` spends its time on the 60-row bodies
+(cProfile, own time per function; the profiler's overhead inflates every figure alike, so read
+the shares, not the milliseconds).
+
     .venv/bin/python bench/validation.py
-    .venv/bin/python bench/validation.py --bodies 500 --repeat 7
+    .venv/bin/python bench/validation.py --bodies 500 --repeat 7 --profile
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import random
 import sys
 import time
@@ -97,10 +103,28 @@ def report(title: str, bodies: list[bytes], repeat: int) -> None:
     print(f"bodies the quick JSON reading served: {served} of {len(bodies)}")
 
 
+def profile(bodies: list[bytes], top: int = 15) -> None:
+    """Own time per function of ``parse_receipt_request`` over the bodies, largest first."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for body in bodies:
+        parse_receipt_request(body, attachments_enabled=False)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])  # type: ignore[attr-defined]
+    whole = sum(row[1][2] for row in rows)
+    print(f"\nwhere parse_receipt_request spends its time (cProfile, {len(bodies)} bodies)")
+    print(f"{'function':<60} {'calls/body':>10} {'share':>6}")
+    for (filename, line, name), (_, calls, own, _, _) in rows[:top]:
+        where = f"{Path(filename).name}:{line}({name})" if line else name
+        print(f"{where[:60]:<60} {calls / len(bodies):>10.1f} {own / whole:>6.1%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bodies", type=int, default=200, help="bodies per set")
     parser.add_argument("--repeat", type=int, default=5, help="passes; the best is kept")
+    parser.add_argument("--profile", action="store_true", help="print cProfile's split too")
     args = parser.parse_args()
     rng = random.Random(20260115)
     sixty = [orjson.dumps(realistic_receipt(rng, n, 60)) for n in range(args.bodies)]
@@ -109,6 +133,8 @@ def main() -> None:
     print(f"load average before: {load} ({os.cpu_count()} cores); CPU time of this process only")
     report("60-row receipts", sixty, args.repeat)
     report("1-60-row receipts", mixed, args.repeat)
+    if args.profile:
+        profile(sixty)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\nload average after: {load}")
 

@@ -29,7 +29,7 @@ from pydantic_core import ErrorDetails
 from kuitti.cards.pan import contains_card_number
 from kuitti.errors import ErrorDetail, InvalidRequest
 from kuitti.inputs import json_path, parse_json, parse_json_fully
-from kuitti.receipts.schema import CardPayment, Receipt
+from kuitti.receipts.schema import PATTERN_MESSAGES, CardPayment, Receipt
 
 MAX_TOKENS = 50
 TOKEN_TEXT_MAX = 4096
@@ -259,6 +259,8 @@ def _message_for(error: ErrorDetails) -> str:
     if kind == "extra_forbidden":
         return "unexpected field."
     message = error["msg"].removeprefix("Value error, ")
+    if kind == "string_pattern_mismatch":  # decimal text: our words, not the pattern
+        message = PATTERN_MESSAGES.get(str(error.get("ctx", {}).get("pattern")), message)
     # Never echo inputs back: a mistaken full card number must not reach a log or a response.
     return message[0].lower() + message[1:] + ("" if message.endswith(".") else ".")
 

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from kuitti.errors import InvalidRequest
+from kuitti.receipts.schema import Receipt
 from kuitti.receipts.validation import parse_receipt_request
 from tests.factories import card_payment, many_rows, product_row, receipt_doc
 
@@ -432,6 +433,14 @@ def test_unknown_keys_are_kept_not_rejected() -> None:
     request = parse_receipt_request(orjson.dumps(doc), attachments_enabled=False)
     assert request.document["extraTopLevel"] == {"a": 1}
     assert request.document["merchant"]["branch"]["address"]["floor"] == 3
+
+
+def test_the_published_schema_allows_unknown_keys() -> None:
+    schema = Receipt.model_json_schema()
+    parts = [schema, *schema["$defs"].values()]
+    models = [part for part in parts if part.get("type") == "object" and "properties" in part]
+    assert len(models) > 20
+    assert all(part.get("additionalProperties") is True for part in models)
 
 
 class TestArithmetic:
