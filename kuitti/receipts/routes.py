@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
@@ -51,8 +51,8 @@ def _bearer_reader(
     return Reader(partner_id=connection.partner_id, user_id=connection.user_id, sandbox=sandbox)
 
 
-def _is_bearer(authorization: str | None) -> bool:
-    return bool(authorization) and authorization.lower().startswith("bearer ")  # type: ignore[union-attr]
+def _is_bearer(authorization: str | None) -> TypeGuard[str]:
+    return authorization is not None and authorization.lower().startswith("bearer ")
 
 
 def _reader(services: Services, session: Session, headers: Headers) -> Reader:
@@ -61,7 +61,7 @@ def _reader(services: Services, session: Session, headers: Headers) -> Reader:
     at once."""
     authorization = headers.get("authorization")
     app_key = service_api_key(headers)
-    if authorization is not None and _is_bearer(authorization):
+    if _is_bearer(authorization):
         return _bearer_reader(services, session, app_key, authorization)
     holder = key_holder(session, authorization or app_key)
     return Reader(partner_id=holder.id, sandbox=holder.sandbox)
@@ -173,8 +173,6 @@ def _openapi_parameters(model: type[BaseModel], source: str) -> list[dict[str, A
     parameters = []
     for name, field in model.model_fields.items():
         property_schema = schema["properties"][field.alias or name]
-        if "$ref" in property_schema.get("allOf", [{}])[0]:
-            property_schema = {**property_schema.pop("allOf")[0], **property_schema}
         parameter = {"name": field.alias or name, "in": source, "required": False}
         if field.description:
             parameter["description"] = field.description

@@ -341,3 +341,31 @@ class TestReadChecks:
             answer = client.get(read, headers={header: merchant.api_key})
             assert answer.status_code == 200
             assert client.get(LIST, headers={header: merchant.api_key}).status_code == 200
+
+
+def test_the_read_routes_still_describe_their_parameters(client: httpx.Client) -> None:
+    """FastAPI no longer checks them, but the OpenAPI document describes them as it did."""
+    paths = client.get("/openapi.json").json()["paths"]
+    described = {
+        path: [(p["in"], p["name"], p["required"]) for p in paths[path]["get"]["parameters"]]
+        for path in (LIST, "/api/v1/receipts/{receipt_id}/{data_format}/")
+    }
+    assert described == {
+        LIST: [("query", "since", False), ("query", "limit", False), ("query", "cursor", False)],
+        "/api/v1/receipts/{receipt_id}/{data_format}/": [
+            ("path", "receipt_id", True),
+            ("path", "data_format", True),
+            ("query", "layout", False),
+            ("query", "lang", False),
+            ("header", "accept-language", False),
+            ("header", "if-none-match", False),
+        ],
+    }
+    layout = paths["/api/v1/receipts/{receipt_id}/{data_format}/"]["get"]["parameters"][2]
+    assert layout["schema"] == {
+        "$ref": "#/components/schemas/Layout",
+        "default": "a4",
+        "description": "service_pdf page layout: a4 (default) or roll (80 mm).",
+    }
+    limit = paths[LIST]["get"]["parameters"][1]["schema"]
+    assert (limit["minimum"], limit["maximum"], limit["default"]) == (1, 200, 50)
