@@ -28,9 +28,10 @@ from kuitti.oauth.bearer import bearer_token
 from kuitti.oauth.scopes import Scope, parse_scope, scope_string
 from kuitti.oauth.tokens import verify_access_token
 from kuitti.partners.auth import ServiceApiKey
-from kuitti.partners.service import partner_by_api_key
+from kuitti.partners.keys import holder_of_digest
 from kuitti.responses import ORJSONResponse
-from kuitti.security import SecretBox
+from kuitti.security import SecretBox, hash_secret
+from kuitti.services import Services
 from kuitti.users import service as users
 from kuitti.users.sessions import (
     CurrentUser,
@@ -195,6 +196,17 @@ def _token_fields(content_type: str, body: bytes) -> dict[str, str]:
     raise oauth.InvalidRequestError("Send application/x-www-form-urlencoded or application/json.")
 
 
+def _exchange(services: Services, request: oauth.TokenRequest) -> oauth.TokenResponse:
+    with services.db.session() as session:
+        try:
+            return oauth.exchange_code(
+                session, services.settings, request, now=services.clock.now()
+            )
+        except oauth.OAuthError as exc:
+            refused = exc
+    raise refused  # once the unit has committed: a replayed code's revocation must stick
+
+
 @router.post(
     "/api/oauth/token",
     tags=["oauth"],
@@ -208,20 +220,16 @@ def _token_fields(content_type: str, body: bytes) -> dict[str, str]:
 )
 def token(
     services: ServicesDep,
-    session: WriteSession,
     body: RawBody,
     content_type: Annotated[str, Header()] = "",
     authorization: Annotated[str | None, Header()] = None,
 ) -> ORJSONResponse:
-    """The code exchange. JSON or form body; client authentication by HTTP Basic or in the body."""
+    """The code exchange. JSON or form body; client authentication by HTTP Basic or in the body.
+    The write unit opens only once the request's form has been checked."""
     try:
-        fields = _token_fields(content_type, body)
-        basic = oauth.basic_credentials(authorization)
-        result = oauth.exchange_code(
-            session, services.settings, fields, basic, now=services.clock.now()
-        )
+        request = oauth.token_request(_token_fields(content_type, body), authorization)
+        result = _exchange(services, request)
     except oauth.OAuthError as exc:
-        # The session still commits: a replayed code's revocation must stick.
         OAUTH_TOKEN_REQUESTS.labels(exc.error).inc()
         return _token_error(exc)
     OAUTH_TOKEN_REQUESTS.labels("issued").inc()
@@ -255,7 +263,7 @@ def revoke(
     except Unauthorized:
         raise NotFound("No active connection has this token.") from None
     if app_key is not None:
-        partner = partner_by_api_key(session, app_key)
+        partner = holder_of_digest(session, hash_secret(app_key))
         if partner is None or partner.id != connection.partner_id:
             raise Unauthorized("The SERVICE_APIKEY does not belong to this token's partner.")
     connection.revoked_at = now

@@ -417,23 +417,35 @@ class TokenResponse:
         }
 
 
-def exchange_code(
-    session: Session,
-    settings: Settings,
-    fields: Mapping[str, str],
-    basic: tuple[str, str] | None,
-    *,
-    now: datetime,
-) -> TokenResponse:
-    """Exchange an authorization code for an access token (§4.1.3). A replayed code fails and
-    revokes the tokens issued from it; the caller must commit even when this raises
-    ``InvalidGrantError`` (the revocation is part of the answer)."""
+@dataclass(frozen=True, slots=True)
+class TokenRequest:
+    """A token request whose form needs no database: the grant type is ours and the Basic
+    header, if any, is readable."""
+
+    fields: Mapping[str, str]
+    basic: tuple[str, str] | None
+
+
+def token_request(fields: Mapping[str, str], authorization: str | None) -> TokenRequest:
+    """Check what a token request says without reading the database, so that a malformed one
+    is refused before the route opens its write unit."""
+    basic = basic_credentials(authorization)
     grant_type = fields.get("grant_type")
     if not grant_type:
         raise InvalidRequestError("grant_type is required.")
     if grant_type != "authorization_code":
         raise UnsupportedGrantTypeError("Only grant_type=authorization_code is supported.")
-    partner = authenticate_client(session, fields, basic)
+    return TokenRequest(fields, basic)
+
+
+def exchange_code(
+    session: Session, settings: Settings, request: TokenRequest, *, now: datetime
+) -> TokenResponse:
+    """Exchange an authorization code for an access token (§4.1.3). A replayed code fails and
+    revokes the tokens issued from it; the caller must commit even when this raises
+    ``InvalidGrantError`` (the revocation is part of the answer)."""
+    fields = request.fields
+    partner = authenticate_client(session, fields, request.basic)
     code = fields.get("code")
     if not code:
         raise InvalidRequestError("code is required.")

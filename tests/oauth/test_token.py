@@ -12,7 +12,7 @@ import httpx
 import pytest
 from joserfc import jwt as jose_jwt
 from joserfc.jwk import ECKey
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from kuitti.clock import FrozenClock
 from kuitti.models import IssuedToken, SigningKey, User
@@ -188,6 +188,35 @@ class TestClientAuthentication:
             "invalid_request",
         )
         assert_oauth_error(client.post("/api/oauth/token", json=[1]), "invalid_request")
+
+    @pytest.mark.parametrize(
+        ("content", "headers", "error", "status"),
+        [
+            (b"{not json", {"Content-Type": "application/json"}, "invalid_request", 400),
+            (b"grant_type=password", {}, "unsupported_grant_type", 400),
+            (b"code=abc", {}, "invalid_request", 400),
+            (
+                b"grant_type=authorization_code",
+                {"Authorization": "Basic !!"},
+                "invalid_client",
+                401,
+            ),
+        ],
+    )
+    def test_a_malformed_request_is_answered_while_another_transaction_holds_the_write_lock(
+        self,
+        client: httpx.Client,
+        services: Services,
+        content: bytes,
+        headers: dict[str, str],
+        error: str,
+        status: int,
+    ) -> None:
+        form = {"Content-Type": "application/x-www-form-urlencoded", **headers}
+        with services.db.session() as held:  # SQLite: BEGIN IMMEDIATE, the one writer
+            held.execute(text("UPDATE partners SET name = name"))
+            answer = client.post("/api/oauth/token", content=content, headers=form, timeout=10)
+        assert_oauth_error(answer, error, status)
 
 
 class TestPkce:
