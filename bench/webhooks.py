@@ -39,7 +39,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported lazily below: the receivers' process never loads kuitti
+    from kuitti.models import Partner
+    from kuitti.services import Services
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get(
@@ -226,24 +230,13 @@ def _env(database_url: str, var_dir: Path) -> dict[str, str]:
     }
 
 
-def run_configuration(
-    database_url: str,
-    workers: int,
-    events: int,
-    steady_rate: int,
-    steady_seconds: float,
-    use_uvloop: bool,
-) -> list[PhaseResult]:
+def bench_services(database_url: str) -> tuple[Services, Path]:
+    """Services on a migrated database, as the workers' settings see it; and its var dir."""
     from kuitti.clock import SystemClock
     from kuitti.config import Settings
     from kuitti.db import Database
     from kuitti.dbmigrate import upgrade
-    from kuitti.models import PartnerRole
-    from kuitti.partners.service import create_partner
-    from kuitti.security import SecretBox
     from kuitti.services import Services
-    from kuitti.webhooks.events import enqueue
-    from kuitti.webhooks.payloads import ReceiptNotification
 
     var_dir = Path(tempfile.mkdtemp(prefix="kuitti-bench-"))
     settings = Settings(
@@ -255,35 +248,70 @@ def run_configuration(
     )
     db = Database(settings.resolved_database_url, pool_size=4)
     upgrade(db)
-    services = Services(settings=settings, db=db, clock=SystemClock())
-    env = _env(database_url, var_dir)
-    python = sys.executable
-    receivers = subprocess.Popen(
-        [python, __file__, "--receivers-process", "10"],
+    return Services(settings=settings, db=db, clock=SystemClock()), var_dir
+
+
+def start_receivers(env: dict[str, str]) -> subprocess.Popen[str]:
+    """The ten partner endpoints' process; it prints their ports as one JSON line."""
+    return subprocess.Popen(
+        [sys.executable, __file__, "--receivers-process", "10"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env=env,
     )
+
+
+def stop_receivers(receivers: subprocess.Popen[str]) -> None:
+    if receivers.stdin is not None:
+        receivers.stdin.close()
+    try:
+        receivers.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        receivers.kill()
+
+
+def bench_partners(services: Services, ports: list[int]) -> list[Partner]:
+    """One partner application per receiver port."""
+    from kuitti.models import PartnerRole
+    from kuitti.partners.service import create_partner
+    from kuitti.security import SecretBox
+
+    with services.db.session() as session:
+        return [
+            create_partner(
+                session,
+                SecretBox(SECRET),
+                name=f"Bench partner {i}",
+                roles=[PartnerRole.APP],
+                now=services.clock.now(),
+                webhook_url=f"http://127.0.0.1:{port}/hooks/kuitti",
+                allow_insecure_webhooks=True,
+            ).partner
+            for i, port in enumerate(ports)
+        ]
+
+
+def run_configuration(
+    database_url: str,
+    workers: int,
+    events: int,
+    steady_rate: int,
+    steady_seconds: float,
+    use_uvloop: bool,
+) -> list[PhaseResult]:
+    from kuitti.webhooks.events import enqueue
+    from kuitti.webhooks.payloads import ReceiptNotification
+
+    services, var_dir = bench_services(database_url)
+    env = _env(database_url, var_dir)
+    python = sys.executable
+    receivers = start_receivers(env)
     worker_procs: list[subprocess.Popen[str]] = []
     try:
         assert receivers.stdout is not None
         assert receivers.stdin is not None
-        ports = json.loads(_readline(receivers.stdout, 30))
-        box = SecretBox(SECRET)
-        with services.db.session() as session:
-            partners = [
-                create_partner(
-                    session,
-                    box,
-                    name=f"Bench partner {i}",
-                    roles=[PartnerRole.APP],
-                    now=services.clock.now(),
-                    webhook_url=f"http://127.0.0.1:{port}/hooks/kuitti",
-                    allow_insecure_webhooks=True,
-                ).partner
-                for i, port in enumerate(ports)
-            ]
+        partners = bench_partners(services, json.loads(_readline(receivers.stdout, 30)))
         for _ in range(workers):
             proc = subprocess.Popen(
                 [python, __file__, "--worker-process", *(["--uvloop"] if use_uvloop else [])],
@@ -370,13 +398,8 @@ def run_configuration(
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        if receivers.stdin is not None:
-            receivers.stdin.close()
-        try:
-            receivers.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            receivers.kill()
-        db.dispose()
+        stop_receivers(receivers)
+        services.db.dispose()
 
 
 def _scratch_postgres() -> tuple[str, str]:

@@ -38,10 +38,22 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
+from typing import TypeVar
 
 import aiohttp
 import certifi
-from sqlalchemy import Connection, Update, bindparam, exists, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    ScalarSelect,
+    Update,
+    bindparam,
+    exists,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.orm import InstrumentedAttribute
 
 from kuitti import metrics, outbox
 from kuitti.config import Settings
@@ -70,6 +82,7 @@ RESPONSE_BODY_LIMIT_BYTES = 64 * 1024
 ERROR_MAX_CHARS = 1000
 
 WallTime = Callable[[], float]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -169,13 +182,23 @@ _SENDABLE = (
     # partner disable/enable (kuitti.partners.cli): a disabled partner's deliveries wait.
     .where(exists().where(Partner.id == WebhookDelivery.partner_id, Partner.disabled_at.is_(None)))
 )
-_PARTNER_TARGETS = select(Partner.id, Partner.webhook_url, Partner.webhook_key_sealed).where(
-    Partner.id.in_(bindparam("partner_ids", expanding=True))
-)
+
+
+def _partner_column(column: InstrumentedAttribute[T]) -> ScalarSelect[T]:
+    """One column of the delivery's partner, for the leasing statement's ``RETURNING``."""
+    return (
+        select(column)
+        .where(Partner.id == WebhookDelivery.partner_id)
+        .correlate(WebhookDelivery)
+        .scalar_subquery()
+    )
 
 
 @lru_cache(maxsize=2)
 def _leasing(dialect: str) -> Update:
+    """The leasing ``UPDATE``, returning each row with its partner's URL and key as they are now
+    (read at every attempt: a rotated key or a new URL applies to the next one) in the same
+    statement."""
     return outbox.take(WebhookDelivery, _SENDABLE, dialect).returning(
         WebhookDelivery.id,
         WebhookDelivery.partner_id,
@@ -185,6 +208,8 @@ def _leasing(dialect: str) -> Update:
         WebhookDelivery.attempt_count,
         WebhookDelivery.created_at,
         WebhookDelivery.next_attempt_at,
+        _partner_column(Partner.webhook_url).label("webhook_url"),
+        _partner_column(Partner.webhook_key_sealed).label("webhook_key_sealed"),
     )
 
 
@@ -293,27 +318,19 @@ def _lease(
         connection.execute(_leasing(services.db.dialect), params),
         key=lambda row: row.next_attempt_at,
     )
-    if not leased:
-        return []
-    # The partner's URL and key as they are now: read at every attempt.
-    partner_ids = list({row.partner_id for row in leased})
-    partners = {
-        row.id: row for row in connection.execute(_PARTNER_TARGETS, {"partner_ids": partner_ids})
-    }
     secret = services.settings.resolved_secret_key
     claims: list[Claim] = []
     for row in leased:
-        partner = partners[row.partner_id]
         key: str | None = None
-        if partner.webhook_key_sealed:
+        if row.webhook_key_sealed:
             with contextlib.suppress(ValueError):
-                key = _open_key(secret, partner.webhook_key_sealed)
+                key = _open_key(secret, row.webhook_key_sealed)
         claims.append(
             Claim(
                 delivery_id=row.id,
                 partner_id=row.partner_id,
                 notification_type=row.notification_type,
-                url=partner.webhook_url,
+                url=row.webhook_url,
                 webhook_key=key,
                 bare_authorization=row.bare_authorization,
                 body=row.payload.encode(),
