@@ -17,6 +17,7 @@ from kuitti.models import Partner
 from kuitti.oauth.bearer import reading_connection
 from kuitti.partners.auth import ServiceApiKey, authenticate_partner_id
 from kuitti.receipts import readers
+from kuitti.receipts.answers import ReceiptCreated, ReceiptList
 from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.formats.rendering import etag, render
@@ -104,8 +105,12 @@ RECEIPT_POST_SCHEMA = {
     "/",
     summary="Create a receipt (card-linking form or token form)",
     openapi_extra=RECEIPT_POST_SCHEMA,
+    response_model=None,  # the answer is documented, not re-validated
     responses={
-        200: {"description": "The receipt was stored (or an unchanged resend was recognised)."},
+        200: {
+            "model": ReceiptCreated,
+            "description": "The receipt was stored (or an unchanged resend was recognised).",
+        },
         400: {"description": "Rejected: {error, decription} or a list of them."},
         401: {"description": "Missing or wrong API key."},
         403: {"description": "The key's partner lacks the merchant role."},
@@ -128,7 +133,12 @@ async def create_receipt(request: Request) -> ORJSONResponse:
     return ORJSONResponse(payload, status_code=status)
 
 
-@router.get("/", summary="List the receipts the caller may read, newest first")
+@router.get(
+    "/",
+    summary="List the receipts the caller may read, newest first",
+    response_model=None,  # the answer is documented, not re-validated
+    responses={200: {"model": ReceiptList}},
+)
 async def list_receipts(
     reader: ReceiptReader,
     services: ServicesDep,
