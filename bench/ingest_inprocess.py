@@ -55,6 +55,17 @@ def setup(kind: str, workdir: Path) -> Iterator[str]:
         yield json.loads(created.stdout)["api_key"]
 
 
+def app_logging_to_nowhere() -> object:
+    """The app from the environment, its log lines written (as served) but to /dev/null, while
+    this script's own errors still reach the terminal."""
+    terminal = sys.stderr
+    sys.stderr = Path(os.devnull).open("w")  # noqa: SIM115  (open while the process logs)
+    try:
+        return create_app()
+    finally:
+        sys.stderr = terminal
+
+
 async def post(app: object, body: bytes, api_key: str) -> int:
     scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
@@ -100,12 +111,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", choices=["sqlite", "postgresql"], default="sqlite")
     parser.add_argument("--receipts", type=int, default=2000)
+    parser.add_argument(
+        "--log-level", default="INFO", help="INFO, as served: each request writes its access line"
+    )
     parser.add_argument("--clients", type=int, default=50)
     args = parser.parse_args()
     rng = random.Random(20260115)
     bodies = [json.dumps(realistic_receipt(rng, i, 60)).encode() for i in range(200)]
     with tempfile.TemporaryDirectory() as tmp, setup(args.database, Path(tmp)) as api_key:
-        app = create_app()
+        os.environ["KUITTI_LOG_LEVEL"] = args.log_level
+        app = app_logging_to_nowhere()
         tune_garbage_collector()  # as the lifespan does in a served process
         asyncio.run(run(app, bodies, api_key, 200, args.clients))  # warm-up
         started, cpu = time.perf_counter(), time.process_time()

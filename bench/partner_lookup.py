@@ -21,7 +21,8 @@ import orjson
 from kuitti.db import Database
 from kuitti.dbmigrate import upgrade
 from kuitti.models import PartnerRole
-from kuitti.partners.service import create_partner, partner_by_key_digest
+from kuitti.partners.keys import holder_of_digest
+from kuitti.partners.service import create_partner
 from kuitti.receipts.validation import parse_receipt_request
 from kuitti.security import SecretBox, hash_secret
 from tests.factories import many_rows, receipt_doc
@@ -59,7 +60,7 @@ def main() -> None:
 
         def lookup() -> object:
             with db.session(write=False) as session:
-                return partner_by_key_digest(session, digest)
+                return holder_of_digest(session, digest)
 
         body = orjson.dumps(receipt_doc(many_rows(5)))
 

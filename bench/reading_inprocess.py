@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ingest import realistic_receipt  # noqa: E402  (bench/ingest.py)
-from ingest_inprocess import Message, post, setup  # noqa: E402
+from ingest_inprocess import Message, app_logging_to_nowhere, post, setup  # noqa: E402
 
-from kuitti.app import create_app, tune_garbage_collector  # noqa: E402
+from kuitti.app import tune_garbage_collector  # noqa: E402
 
 
 async def get(app: object, path: str, api_key: str) -> tuple[int, bytes]:
@@ -79,11 +79,15 @@ def main() -> None:
     parser.add_argument("--database", choices=["sqlite", "postgresql"], default="sqlite")
     parser.add_argument("--receipts", type=int, default=100, help="receipts stored and read")
     parser.add_argument("--requests", type=int, default=2000, help="requests per route")
+    parser.add_argument(
+        "--log-level", default="INFO", help="INFO, as served: each request writes its access line"
+    )
     parser.add_argument("--clients", type=int, default=10)
     args = parser.parse_args()
     rng = random.Random(20260115)
     with tempfile.TemporaryDirectory() as tmp, setup(args.database, Path(tmp)) as api_key:
-        app = create_app()
+        os.environ["KUITTI_LOG_LEVEL"] = args.log_level
+        app = app_logging_to_nowhere()
         tune_garbage_collector()  # as the lifespan does in a served process
         ids: list[str] = []
 

@@ -357,7 +357,7 @@ def run_configuration(
                 write_seconds,
             )
 
-        results = [phase("burst", events, 200, None)]
+        results = [phase("burst", events, 200, None)] if events else []
         steady_events = int(steady_rate * steady_seconds)
         if steady_events:
             results.append(phase("steady", steady_events, 10, steady_rate))
@@ -401,7 +401,9 @@ def main() -> None:
     parser.add_argument("--database-url", help="One database to use (default: both, scratch).")
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--workers", type=int, action="append", help="Worker processes (1, 2).")
-    parser.add_argument("--events", type=int, default=10_000, help="Events in the burst phase.")
+    parser.add_argument(
+        "--events", type=int, default=10_000, help="Events in the burst phase (0: steady only)."
+    )
     parser.add_argument("--steady-rate", type=int, default=500, help="Events/s, steady phase.")
     parser.add_argument("--steady-seconds", type=float, default=10.0)
     parser.add_argument("--json", action="store_true", help="Also print the figures as JSON.")

@@ -24,6 +24,7 @@ from kuitti.config import Settings, load_settings
 from kuitti.db import Database
 from kuitti.dbmigrate import schema_is_current
 from kuitti.delivery.routes import router as delivery_router
+from kuitti.dispatch import install_dispatch
 from kuitti.errors import ErrorDetail, KuittiError
 from kuitti.logs import configure_logging, log
 from kuitti.middleware import RequestContextMiddleware
@@ -110,6 +111,7 @@ def create_app(
     add_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_error_handlers(app)
+    install_dispatch(app.router)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app
@@ -143,7 +145,7 @@ def _add_operations_routes(app: FastAPI, services: Services) -> None:
         return render(request, "home.html", {"version": __version__})
 
     @app.get("/healthz", tags=["operations"], summary="The process is alive")
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:  # async: no thread hop for a constant
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["operations"], summary="The database answers and is migrated")

@@ -12,6 +12,7 @@ concurrent writers queue instead of failing with ``database is locked`` halfway 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import DateTime, Engine, MetaData, Table, create_engine, event
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -80,10 +82,44 @@ def _configure_sqlite(engine: Engine) -> None:
         connection.exec_driver_sql(f"BEGIN {mode}")
 
 
+# A pooled PostgreSQL connection idle for longer than this is tested before it is handed out.
+PING_AFTER_IDLE_SECONDS = 1.0
+
+
+def _ping_when_idle(engine: Engine, after_seconds: float) -> None:
+    """Test a connection on checkout only if it sat idle in the pool: ``pool_pre_ping`` tests
+    every checkout, a round trip that cost a receipt read about a third of its wall time
+    (docs/performance.md, "Reading"). A connection broken while the pool was busy fails its
+    statement instead; SQLAlchemy then drops the pool's connections, as it does for any
+    disconnect."""
+
+    @event.listens_for(engine.pool, "checkin")
+    def _checked_in(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine.pool, "checkout")
+    def _checked_out(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since < after_seconds:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            # The pool replaces the connection and tries again.
+            raise DisconnectionError() from exc
+
+
 class Database:
     """The engine of one database and the sessions made from it."""
 
-    def __init__(self, url: str, *, pool_size: int = 20, echo: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 20,
+        echo: bool = False,
+        ping_after_idle: float = PING_AFTER_IDLE_SECONDS,
+    ) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         if self.is_sqlite:
@@ -107,8 +143,8 @@ class Database:
                 hide_parameters=True,  # database errors are logged; bound values may be secret
                 pool_size=pool_size,
                 max_overflow=pool_size // 2,
-                pool_pre_ping=True,
             )
+            _ping_when_idle(self.engine, ping_after_idle)
             write_engine = self.engine
         self._read_sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._write_sessions = sessionmaker(write_engine, expire_on_commit=False)

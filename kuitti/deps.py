@@ -28,8 +28,8 @@ a thread could deadlock against threads that wait for a connection.
 The receipt post uses none of these: it is the one route that must run at the speed of the
 machine, so it checks on the event loop and writes through the process's group-commit writer
 (``kuitti.receipts.ingest``), which also commits before anyone is answered. The receipt reads
-(``GET /api/v1/receipts/…``) are async too: their key check and their read each run in one
-thread hop with a short read session of its own (``kuitti.receipts.routes``).
+(``GET /api/v1/receipts/…``) are async too, with no dependencies: the key check and the read
+run in one thread hop with one short read session (``kuitti.receipts.routes``).
 """
 
 from __future__ import annotations

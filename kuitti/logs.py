@@ -32,7 +32,9 @@ def redact_path(path: str) -> str:
 
 def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+        structlog.processors.JSONRenderer(serializer=_json_line)
+        if json
+        else structlog.dev.ConsoleRenderer()
     )
     structlog.configure(
         processors=[
@@ -46,6 +48,12 @@ def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+def _json_line(event: dict[str, Any], **options: Any) -> str:
+    """One event as compact JSON by orjson, as ``JsonLogFormatter`` writes uvicorn's lines:
+    several times cheaper than the standard library's encoder for every request's line."""
+    return orjson.dumps(event, **options).decode()
 
 
 class JsonLogFormatter(logging.Formatter):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Histogram
 
 HTTP_REQUESTS = Counter(
@@ -13,6 +15,27 @@ HTTP_LATENCY = Histogram(
     ["method", "route"],
     buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
+
+_REQUEST_COUNTERS: dict[tuple[str, str, int], Any] = {}
+_REQUEST_TIMERS: dict[tuple[str, str], Any] = {}
+
+
+def count_request(method: str, route: str, status: int, seconds: float) -> None:
+    """Count one answered request and its time. The labelled children are looked up once per
+    method, route template and status, not on every request: ``labels()`` costs more than the
+    increment itself."""
+    counter = _REQUEST_COUNTERS.get((method, route, status))
+    if counter is None:
+        counter = HTTP_REQUESTS.labels(method, route, str(status))
+        _REQUEST_COUNTERS[method, route, status] = counter
+    counter.inc()
+    timer = _REQUEST_TIMERS.get((method, route))
+    if timer is None:
+        timer = HTTP_LATENCY.labels(method, route)
+        _REQUEST_TIMERS[method, route] = timer
+    timer.observe(seconds)
+
+
 RECEIPTS_CREATED = Counter("kuitti_receipts_created_total", "Receipts stored")
 
 # Webhooks (kuitti/webhooks/worker.py)

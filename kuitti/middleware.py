@@ -20,7 +20,7 @@ import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kuitti.logs import log, redact_path
-from kuitti.metrics import HTTP_LATENCY, HTTP_REQUESTS
+from kuitti.metrics import count_request
 
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _URLENCODED_NUL = re.compile(rb"%00|\x00")
@@ -39,28 +39,33 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
-        given = headers.get(b"x-request-id", b"").decode("latin-1")
-        request_id = given if _REQUEST_ID_RE.match(given) else uuid.uuid4().hex
+        given = content_length = content_type = b""
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                given = value
+            elif name == b"content-length":
+                content_length = value
+            elif name == b"content-type":
+                content_type = value
+        given_id = given.decode("latin-1")
+        request_id = given_id if _REQUEST_ID_RE.match(given_id) else uuid.uuid4().hex
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=request_id)
         started = time.perf_counter()
         status = 500
         started_response = False
+        id_header = (b"x-request-id", request_id.encode())
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, started_response
             if message["type"] == "http.response.start":
                 status = message["status"]
                 started_response = True
-                message["headers"] = [
-                    *message.get("headers", []),
-                    (b"x-request-id", request_id.encode()),
-                ]
+                message["headers"] = [*message.get("headers", []), id_header]
             await send(message)
 
         try:
-            await self._checked(scope, receive, send_with_id, headers)
+            await self._checked(scope, receive, send_with_id, content_length, content_type)
         except Exception as exc:
             # Logged here, once, as JSON; not re-raised, or the server would log it again as
             # plain text ("Exception in ASGI application").
@@ -74,25 +79,28 @@ class RequestContextMiddleware:
                 )
         finally:
             elapsed = time.perf_counter() - started
-            route = scope.get("route")
-            template = getattr(route, "path", "unmatched")
-            HTTP_REQUESTS.labels(scope["method"], template, str(status)).inc()
-            HTTP_LATENCY.labels(scope["method"], template).observe(elapsed)
+            method = scope["method"]
+            template = getattr(scope.get("route"), "path", "unmatched")
+            count_request(method, template, status, elapsed)
             log.info(
                 "request",
-                method=scope["method"],
+                method=method,
                 path=redact_path(scope["path"]),
                 status=status,
                 duration_ms=round(elapsed * 1000, 2),
             )
 
     async def _checked(
-        self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        content_length: bytes,
+        content_type: bytes,
     ) -> None:
         limit = self.max_body_bytes
         too_large = f"The body is larger than the limit of {limit} bytes."
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
+        if content_length.isdigit() and int(content_length) > limit:
             await refuse(send, 413, "payload_too_large", too_large)
             return
         if "\x00" in scope["path"]:
@@ -105,7 +113,7 @@ class RequestContextMiddleware:
         if body is None:
             await refuse(send, 413, "payload_too_large", too_large)
             return
-        if _form_has_nul(headers.get(b"content-type", b""), body):
+        if _form_has_nul(content_type, body):
             await refuse(send, 400, "invalid_value", "form: text may not contain U+0000.")
             return
         await self.app(scope, _replay(body, receive), send)

@@ -15,9 +15,11 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
+from pydantic import TypeAdapter
 from starlette.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
 
+from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.schema import Receipt, TokenReceiptRequest
 
 SECURITY_SCHEMES: dict[str, dict[str, str]] = {
@@ -144,6 +146,8 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(model_schema.pop("$defs", {}))
         schemas[model.__name__] = model_schema
+    # ``?layout=`` of the receipt read, whose route checks its parameters itself.
+    schemas["Layout"] = TypeAdapter(Layout).json_schema()
     schemas.pop("HTTPValidationError", None)
     schemas.pop("ValidationError", None)
     schemas.update(ERROR_SCHEMAS)

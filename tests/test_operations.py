@@ -76,6 +76,27 @@ def test_metrics_count_requests(client: httpx.Client) -> None:
     assert 'kuitti_http_requests_total{method="GET",route="/healthz",status="200"}' in text
 
 
+def _metric(client: httpx.Client, sample: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == sample:
+            return float(value)
+    return 0.0
+
+
+def test_metrics_count_each_request_under_its_route_and_status(client: httpx.Client) -> None:
+    ok = 'kuitti_http_requests_total{method="GET",route="/healthz",status="200"}'
+    timed = 'kuitti_http_request_duration_seconds_count{method="GET",route="/healthz"}'
+    missing = 'kuitti_http_requests_total{method="GET",route="unmatched",status="404"}'
+    before = [_metric(client, sample) for sample in (ok, timed, missing)]
+    for _ in range(3):
+        client.get("/healthz")
+    for _ in range(2):
+        client.get("/api/v1/nothing-here")
+    after = [_metric(client, sample) for sample in (ok, timed, missing)]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [3, 3, 2]
+
+
 def test_unknown_path_is_json_404(client: httpx.Client) -> None:
     response = client.get("/api/v1/nothing-here")
     assert response.status_code == 404

@@ -12,15 +12,16 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header
 from pydantic import BaseModel
+from sqlalchemy.orm import raiseload
 
 from kuitti.cards import service
 from kuitti.cards.schemas import parse_card_request, parse_transaction_request
-from kuitti.deps import Now, RawBody, ReadSession, ServicesDep, WriteSession
+from kuitti.deps import Now, RawBody, ReadSession, ServicesDep, WriteSession, release_connection
 from kuitti.inputs import parse_json
 from kuitti.models import Partner, PartnerRole
 from kuitti.oauth.bearer import bearer_token, optional_connection
-from kuitti.partners.auth import ServiceApiKey, authenticate_partner
-from kuitti.partners.keys import require_json, require_role
+from kuitti.partners.auth import ServiceApiKey
+from kuitti.partners.keys import key_holder, require_json, require_role
 
 router = APIRouter(prefix="/api/v1", tags=["cards"])
 
@@ -61,7 +62,6 @@ _AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def _issuer(
-    services: ServicesDep,
     session: ReadSession,
     service_apikey: ServiceApiKey,
     authorization: Annotated[str | None, Header()] = None,
@@ -69,8 +69,12 @@ def _issuer(
     key = service_apikey
     if key is None and bearer_token(authorization) is None:
         key = authorization
-    partner = authenticate_partner(services, session, key)
-    return require_role(partner, PartnerRole.CARD_ISSUER)
+    holder = require_role(key_holder(session, key), PartnerRole.CARD_ISSUER)
+    # The card services act as the partner (its sandbox, its webhook): loaded by the holder's id.
+    partner = session.get(Partner, holder.id, options=[raiseload(Partner.namespaces)])
+    assert partner is not None
+    release_connection(session, partner)
+    return partner
 
 
 CardIssuer = Annotated[Partner, Depends(_issuer)]

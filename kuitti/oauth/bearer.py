@@ -23,7 +23,8 @@ from kuitti.models import Connection, Partner
 from kuitti.oauth.scopes import Scope
 from kuitti.oauth.tokens import InvalidToken, verify_access_token
 from kuitti.partners.auth import ServiceApiKey
-from kuitti.partners.service import partner_by_api_key
+from kuitti.partners.keys import KeyHolder, holder_of_digest
+from kuitti.security import hash_secret
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -36,8 +37,8 @@ def bearer_token(authorization: str | None) -> str | None:
     return rest.strip()
 
 
-def _partner_of_key(session: Session, app_key: str | None) -> Partner:
-    partner = partner_by_api_key(session, app_key) if app_key else None
+def _partner_of_key(session: Session, app_key: str | None) -> KeyHolder:
+    partner = holder_of_digest(session, hash_secret(app_key)) if app_key else None
     if partner is None:
         raise Unauthorized("The SERVICE_APIKEY is missing or not valid.")
     return partner

@@ -28,9 +28,9 @@ from kuitti.oauth.bearer import bearer_token
 from kuitti.oauth.scopes import Scope, parse_scope, scope_string
 from kuitti.oauth.tokens import verify_access_token
 from kuitti.partners.auth import ServiceApiKey
-from kuitti.partners.service import partner_by_api_key
+from kuitti.partners.keys import holder_of_digest
 from kuitti.responses import ORJSONResponse
-from kuitti.security import SecretBox
+from kuitti.security import SecretBox, hash_secret
 from kuitti.services import Services
 from kuitti.users import service as users
 from kuitti.users.sessions import (
@@ -263,7 +263,7 @@ def revoke(
     except Unauthorized:
         raise NotFound("No active connection has this token.") from None
     if app_key is not None:
-        partner = partner_by_api_key(session, app_key)
+        partner = holder_of_digest(session, hash_secret(app_key))
         if partner is None or partner.id != connection.partner_id:
             raise Unauthorized("The SERVICE_APIKEY does not belong to this token's partner.")
     connection.revoked_at = now

@@ -1,11 +1,19 @@
-"""Partner API keys as the receipt ingest sees them: the key's digest, and what its partner may do.
+"""Who is calling with a partner API key: the key's digest, and its ``KeyHolder``.
 
-``KeyHolder`` is a comparable snapshot of everything a receipt post depends on (the partner, its
-roles, its namespaces, whether it may attach files). The ingest writer reads the partners of a
-whole batch again inside the transaction that stores the batch and compares: a receipt whose
-partner changed (key rotated, partner disabled, a role or namespace gone) is not stored, and its
-request starts over with a fresh lookup. That is why ``KeyHolderCache`` may remember snapshots
-without an expiry: it only saves the lookup before validation, never decides what is stored.
+There is one way to authenticate a partner key: ``key_holder`` (one request's key) or
+``current_key_holders`` (a batch's keys), both one prebuilt statement on the key digest's index,
+the partner's namespaces joined in. Every route asks the database on every request, so a key
+rotated or a partner disabled (by the operator, from any process) is refused by the very next
+request; the receipt reads even check the key in the statement that reads
+(``kuitti.receipts.readers``).
+
+The one exception is the receipt post, the hot write path: ``KeyHolderCache`` remembers holders
+without an expiry, to save the lookup before validation. That is safe only because a
+``KeyHolder`` is a comparable snapshot of everything a post depends on (the partner, its roles,
+its namespaces, whether it may attach files): the ingest writer looks the holders of a whole
+batch up again inside the transaction that stores it and compares, so a receipt whose partner
+changed is not stored and its request starts over with a fresh lookup. The cache saves work;
+it never decides what is stored.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from kuitti.errors import Forbidden, Unauthorized, UnsupportedMediaType
@@ -67,48 +75,46 @@ def require_json(content_type: str | None) -> None:
 
 @dataclass(frozen=True)
 class KeyHolder:
-    """The enabled partner of one API key, as far as posting a receipt depends on it."""
+    """The enabled partner of one API key, as far as its callers depend on it."""
 
     id: uuid.UUID
     key_digest: str
     roles: frozenset[str]
     attachments_enabled: bool
     sandbox: bool
-    namespaces: frozenset[str]
-
-    @classmethod
-    def of(cls, partner: Partner) -> KeyHolder:
-        return cls(
-            id=partner.id,
-            key_digest=partner.api_key_hash,
-            roles=frozenset(partner.roles),
-            attachments_enabled=partner.attachments_enabled,
-            sandbox=partner.sandbox,
-            namespaces=frozenset(partner.namespace_names),
-        )
+    namespace_names: frozenset[str]
 
     def has_role(self, role: PartnerRole) -> bool:
         return role.value in self.roles
 
 
+# Built once: every authenticated request runs it. One row per namespace (at least one row).
+_KEY_HOLDERS = (
+    select(
+        Partner.id,
+        Partner.api_key_hash,
+        Partner.roles,
+        Partner.attachments_enabled,
+        Partner.sandbox,
+        Namespace.name,
+    )
+    .outerjoin(Namespace, Namespace.partner_id == Partner.id)
+    .where(
+        Partner.api_key_hash.in_(bindparam("digests", expanding=True)),
+        Partner.disabled_at.is_(None),
+    )
+)
+
+
 def current_key_holders(session: Session, digests: set[str]) -> dict[str, KeyHolder]:
-    """The key holders of these digests as the database has them now (enabled partners only);
-    two queries, without loading the partners through the ORM."""
-    rows = session.execute(
-        select(
-            Partner.id,
-            Partner.api_key_hash,
-            Partner.roles,
-            Partner.attachments_enabled,
-            Partner.sandbox,
-        ).where(Partner.api_key_hash.in_(digests), Partner.disabled_at.is_(None))
-    ).all()
-    namespaces: dict[uuid.UUID, set[str]] = {row.id: set() for row in rows}
-    if rows:
-        for partner_id, name in session.execute(
-            select(Namespace.partner_id, Namespace.name).where(Namespace.partner_id.in_(namespaces))
-        ):
-            namespaces[partner_id].add(name)
+    """The key holders of these digests as the database has them now (enabled partners only),
+    in one statement."""
+    rows = session.execute(_KEY_HOLDERS, {"digests": list(digests)}).all()
+    namespaces: dict[str, set[str]] = {}
+    for row in rows:
+        names = namespaces.setdefault(row.api_key_hash, set())
+        if row.name is not None:
+            names.add(row.name)
     return {
         row.api_key_hash: KeyHolder(
             id=row.id,
@@ -116,10 +122,23 @@ def current_key_holders(session: Session, digests: set[str]) -> dict[str, KeyHol
             roles=frozenset(row.roles),
             attachments_enabled=row.attachments_enabled,
             sandbox=row.sandbox,
-            namespaces=frozenset(namespaces[row.id]),
+            namespace_names=frozenset(namespaces[row.api_key_hash]),
         )
         for row in rows
     }
+
+
+def holder_of_digest(session: Session, digest: str) -> KeyHolder | None:
+    return current_key_holders(session, {digest}).get(digest)
+
+
+def key_holder(session: Session, authorization: str | None) -> KeyHolder:
+    """The holder of the partner key in ``authorization`` (``Token <key>`` or the bare key);
+    401 when there is no key or no enabled partner holds it."""
+    holder = holder_of_digest(session, key_digest(authorization))
+    if holder is None:
+        raise Unauthorized(INVALID_KEY)
+    return holder
 
 
 class KeyHolderCache:

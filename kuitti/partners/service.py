@@ -124,18 +124,6 @@ def create_partner(
     return NewPartner(partner, api_key, client_secret, webhook_key)
 
 
-def partner_by_api_key(session: Session, api_key: str) -> Partner | None:
-    """Look a partner up by the digest of its key (unique index; no timing leak of the key)."""
-    return partner_by_key_digest(session, security.hash_secret(api_key))
-
-
-def partner_by_key_digest(session: Session, digest: str) -> Partner | None:
-    """The enabled partner whose API key has this digest."""
-    return session.scalar(
-        select(Partner).where(Partner.api_key_hash == digest, Partner.disabled_at.is_(None))
-    )
-
-
 def get_partner(session: Session, partner_id: str) -> Partner:
     """The partner with this id (enabled or not); ``PartnerInputError`` when there is none."""
     try:

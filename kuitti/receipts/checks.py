@@ -55,7 +55,7 @@ class TokenCheck:
 def check_tokens(
     session: Session,
     settings: Settings,
-    partner: Partner,
+    partner: Partner | KeyHolder,
     request: ReceiptRequest,
     *,
     lock: bool,
@@ -72,7 +72,12 @@ def check_tokens(
 
 
 def _plan_links(
-    session: Session, settings: Settings, partner: Partner, tokens: list[Token], *, lock: bool
+    session: Session,
+    settings: Settings,
+    partner: Partner | KeyHolder,
+    tokens: list[Token],
+    *,
+    lock: bool,
 ) -> list[LinkPlan]:
     owned = set(partner.namespace_names)
     errors: list[ErrorDetail] = []
@@ -107,7 +112,7 @@ def _plan_links(
 
 
 def _unchanged_resend(
-    session: Session, partner: Partner, plans: list[LinkPlan], document_hash: str
+    session: Session, partner: Partner | KeyHolder, plans: list[LinkPlan], document_hash: str
 ) -> uuid.UUID:
     """The receipt a POS resends unchanged under its RECEIPT_IDs; anything else under a used
     identifier is ``duplicate_receipt_id``."""
@@ -135,7 +140,7 @@ def _unchanged_resend(
 
 
 def dry_run(
-    body: bytes, partner: Partner, settings: Settings, session: Session | None
+    body: bytes, partner: Partner | KeyHolder, settings: Settings, session: Session | None
 ) -> list[Advisory]:
     """Every check of a post of ``body`` by ``partner``, storing nothing and taking no lock:
     the warnings, or ``InvalidRequest`` with the post's errors. Without a ``session`` (offline)

@@ -36,11 +36,11 @@ from kuitti.partners.keys import (
     INVALID_KEY,
     KeyHolder,
     KeyHolderCache,
+    holder_of_digest,
     key_digest,
     require_json,
     require_role,
 )
-from kuitti.partners.service import partner_by_key_digest
 from kuitti.receipts.checks import check_body
 from kuitti.receipts.service import IdempotencyKey, Outcome, Posting, create_receipts
 from kuitti.services import Services
@@ -168,8 +168,7 @@ def _validated(
 
 def _key_holder(db: Database, digest: str) -> KeyHolder | None:
     with db.session(write=False) as session:
-        partner = partner_by_key_digest(session, digest)
-        return None if partner is None else KeyHolder.of(partner)
+        return holder_of_digest(session, digest)
 
 
 def write_batch(db: Database, settings: Settings, postings: list[Posting]) -> list[Outcome]:

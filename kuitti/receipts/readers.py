@@ -19,15 +19,27 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, bindparam, exists, or_, select
-from sqlalchemy.orm import Session, lazyload
-from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Integer,
+    Row,
+    Select,
+    and_,
+    bindparam,
+    exists,
+    or_,
+    select,
+)
+from sqlalchemy.orm import Session, aliased, defer, lazyload
 
-from kuitti.errors import ErrorDetail, InvalidRequest, NotFound
+from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, Unauthorized
 from kuitti.models import Card, Connection, Partner, Receipt, ReceiptDelivery, ReceiptGrant
 from kuitti.models.receipts import GrantReason
+from kuitti.partners.keys import INVALID_KEY
 
 MAX_LIST_LIMIT = 200
 DEFAULT_LIST_LIMIT = 50
@@ -62,7 +74,7 @@ def _grant_in_force() -> ColumnElement[bool]:
     )
 
 
-def _readable_by_partner(partner_id: uuid.UUID | BindParameter[Any]) -> ColumnElement[bool]:
+def _readable_by_partner(partner_id: uuid.UUID | ColumnElement[Any]) -> ColumnElement[bool]:
     return and_(ReceiptGrant.partner_id == partner_id, _grant_in_force())
 
 
@@ -94,6 +106,30 @@ _READABLE = {
 }
 
 
+# A partner key's read, its check on every request included, in one statement: the enabled
+# partner of the key digest, and (outer-joined, so a valid key that may not read the receipt
+# still finds its partner: 404, not 401) the receipt, its poster and the right to read it.
+_KEY_PARTNER = aliased(Partner, name="key_partner")
+_READABLE_WITH_KEY = (
+    select(_KEY_PARTNER.sandbox, Receipt, Partner)
+    .select_from(_KEY_PARTNER)
+    .outerjoin(
+        Receipt,
+        and_(
+            Receipt.id == bindparam("receipt_id"),
+            exists().where(
+                ReceiptGrant.receipt_id == bindparam("receipt_id"),
+                _readable_by_partner(_KEY_PARTNER.id.expression),
+            ),
+        ),
+    )
+    .outerjoin(Partner, Partner.id == Receipt.partner_id)
+    .where(_KEY_PARTNER.api_key_hash == bindparam("digest"), _KEY_PARTNER.disabled_at.is_(None))
+    # Not needed to answer (``token_statuses`` is parsed JSON; namespaces a second query).
+    .options(defer(Receipt.token_statuses), lazyload(Partner.namespaces))
+)
+
+
 def _params(reader: Reader, receipt_id: uuid.UUID) -> tuple[str, dict[str, uuid.UUID]]:
     if reader.user_id is not None:
         return "user", {"user_id": reader.user_id, "receipt_id": receipt_id}
@@ -117,40 +153,52 @@ def readable_receipt(
     return row[0], row[1]
 
 
-def list_receipts(
-    session: Session,
-    reader: Reader,
-    *,
-    since: datetime | None,
-    limit: int,
-    cursor: str | None,
-) -> dict[str, Any]:
-    """Newest first by receipt time, ties by receipt id; keyset pagination by an opaque cursor."""
+def readable_receipt_by_key(
+    session: Session, digest: str, receipt_id: uuid.UUID
+) -> tuple[Receipt, Partner]:
+    """``readable_receipt`` for the partner of a key digest, the key checked in the same
+    statement: 401 for a key no enabled partner holds, then 404 as ``readable_receipt``."""
+    row = session.execute(_READABLE_WITH_KEY, {"digest": digest, "receipt_id": receipt_id}).first()
+    if row is None:
+        raise Unauthorized(INVALID_KEY)
+    sandbox, receipt, poster = row
+    if receipt is None or receipt.sandbox is not sandbox:
+        raise NotFound()
+    return receipt, poster
+
+
+@cache
+def _page_query(kind: str, since: bool, after: bool) -> Select[Any]:
+    """The list page's statement for a ``partner`` or ``user`` reader, with or without ``since``
+    and a cursor; built once per variant (a list page is the other hot reading path), on the
+    bound ``owner``, ``since``, ``after_time``, ``after_id``, ``limit`` and ``sandbox``."""
     index: type[ReceiptGrant] | type[ReceiptDelivery]
-    if reader.user_id is not None:
+    if kind == "user":
         index = ReceiptDelivery
-        owner = ReceiptDelivery.user_id == reader.user_id
+        owner = ReceiptDelivery.user_id == bindparam("owner")
     else:
         index = ReceiptGrant
-        owner = _readable_by_partner(reader.partner_id)
+        owner = _readable_by_partner(bindparam("owner"))
     # The page's keys first (one partner may hold a receipt through several grants), then rows.
     keys = select(index.receipt_time, index.receipt_id).where(owner).distinct()
-    if since is not None:
-        keys = keys.where(index.receipt_time >= since)
-    if cursor is not None:
-        after_time, after_id = decode_cursor(cursor)
+    if since:
+        keys = keys.where(index.receipt_time >= bindparam("since"))
+    if after:
         keys = keys.where(
             or_(
-                index.receipt_time < after_time,
-                and_(index.receipt_time == after_time, index.receipt_id < after_id),
+                index.receipt_time < bindparam("after_time"),
+                and_(
+                    index.receipt_time == bindparam("after_time"),
+                    index.receipt_id < bindparam("after_id"),
+                ),
             )
         )
     page_keys = (
         keys.order_by(index.receipt_time.desc(), index.receipt_id.desc())
-        .limit(limit + 1)
+        .limit(bindparam("limit", type_=Integer))
         .subquery()
     )
-    query = (
+    return (
         select(
             Receipt.id,
             Receipt.merchant_name,
@@ -162,10 +210,31 @@ def list_receipts(
             Receipt.return_count,
         )
         .join(page_keys, page_keys.c.receipt_id == Receipt.id)
-        .where(Receipt.sandbox.is_(reader.sandbox))
+        .where(Receipt.sandbox == bindparam("sandbox", type_=Boolean))
         .order_by(page_keys.c.receipt_time.desc(), page_keys.c.receipt_id.desc())
     )
-    rows = session.execute(query).all()
+
+
+def list_receipts(
+    session: Session,
+    reader: Reader,
+    *,
+    since: datetime | None,
+    limit: int,
+    cursor: str | None,
+) -> dict[str, Any]:
+    """Newest first by receipt time, ties by receipt id; keyset pagination by an opaque cursor."""
+    params: dict[str, Any] = {"limit": limit + 1, "sandbox": reader.sandbox}
+    if since is not None:
+        params["since"] = since
+    if reader.user_id is not None:
+        kind, params["owner"] = "user", reader.user_id
+    else:
+        kind, params["owner"] = "partner", reader.partner_id
+    if cursor is not None:
+        params["after_time"], params["after_id"] = decode_cursor(cursor)
+    query = _page_query(kind, since is not None, cursor is not None)
+    rows = session.execute(query, params).all()
     page = rows[:limit]
     relations = _readable_relations(session, reader, page)
     items = [

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any, TypeVar
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from pydantic import BaseModel, Field, ValidationError
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 
-from kuitti.deps import Now, ServicesDep
-from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, Unauthorized
+from kuitti.deps import get_services
+from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, NotFound, Unauthorized
 from kuitti.i18n import as_language, negotiate_locale
 from kuitti.models import Partner
 from kuitti.oauth.bearer import reading_connection
-from kuitti.partners.auth import ServiceApiKey, authenticate_partner_id
+from kuitti.partners.auth import service_api_key
+from kuitti.partners.keys import key_digest, key_holder
 from kuitti.receipts import readers
 from kuitti.receipts.answers import ReceiptCreated, ReceiptList
 from kuitti.receipts.formats import DataFormat
@@ -30,42 +37,36 @@ from kuitti.services import Services
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
 
 
-def _authenticated_reader(
-    services: Services,
-    now: datetime,
-    app_key: str | None,
-    authorization: str | None,
+def _bearer_reader(
+    services: Services, session: Session, app_key: str | None, authorization: str
 ) -> Reader:
-    """A partner by its API key, or a partner app on behalf of a user (``SERVICE_APIKEY`` +
+    """A partner app reading on behalf of one of its users (``SERVICE_APIKEY`` +
     ``Authorization: Bearer``)."""
-    with services.db.session(write=False) as session:
-        if authorization and authorization.lower().startswith("bearer "):
-            if not app_key:
-                raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")
-            token = authorization[7:].strip()
-            connection = reading_connection(session, services.settings, app_key, token, now=now)
-            app = session.get(Partner, connection.partner_id)
-            sandbox = app is not None and app.sandbox
-            return Reader(
-                partner_id=connection.partner_id, user_id=connection.user_id, sandbox=sandbox
-            )
-        partner_id, sandbox = authenticate_partner_id(session, authorization or app_key)
-        return Reader(partner_id=partner_id, sandbox=sandbox)
+    if not app_key:
+        raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")
+    token = authorization[7:].strip()
+    now = services.clock.now()
+    connection = reading_connection(session, services.settings, app_key, token, now=now)
+    app = session.get(Partner, connection.partner_id)
+    sandbox = app is not None and app.sandbox
+    return Reader(partner_id=connection.partner_id, user_id=connection.user_id, sandbox=sandbox)
 
 
-async def _reader(
-    services: ServicesDep,
-    now: Now,
-    app_key: ServiceApiKey,
-    authorization: Annotated[str | None, Header()] = None,
-) -> Reader:
-    # async, with one thread hop of its own: a sync dependency costs a hop, and the read
-    # session as a dependency two more (docs/performance.md, "Reading"). A dependency still,
-    # so a caller without a valid key gets 401 before any parameter is checked, as always.
-    return await run_in_threadpool(_authenticated_reader, services, now, app_key, authorization)
+def _is_bearer(authorization: str | None) -> bool:
+    return bool(authorization) and authorization.lower().startswith("bearer ")  # type: ignore[union-attr]
 
 
-ReceiptReader = Annotated[Reader, Depends(_reader)]
+def _reader(services: Services, session: Session, headers: Headers) -> Reader:
+    """Who reads: a partner by its key, or a partner app on behalf of a user; 401 otherwise.
+    Checked on every request, never remembered: a rotated key or a disabled partner is refused
+    at once."""
+    authorization = headers.get("authorization")
+    app_key = service_api_key(headers)
+    if authorization is not None and _is_bearer(authorization):
+        return _bearer_reader(services, session, app_key, authorization)
+    holder = key_holder(session, authorization or app_key)
+    return Reader(partner_id=holder.id, sandbox=holder.sandbox)
+
 
 RECEIPT_BODY_SCHEMA = {
     "requestBody": {
@@ -133,31 +134,98 @@ async def create_receipt(request: Request) -> ORJSONResponse:
     return ORJSONResponse(payload, status_code=status)
 
 
+class _ListQuery(BaseModel):
+    since: datetime | None = Field(None, description="Only receipts at or after this time.")
+    limit: int = Field(readers.DEFAULT_LIST_LIMIT, ge=1, le=readers.MAX_LIST_LIMIT)
+    cursor: str | None = Field(None, max_length=200)
+
+
+class _ReadQuery(BaseModel):
+    layout: Layout = Field(
+        Layout.A4, description="service_pdf page layout: a4 (default) or roll (80 mm)."
+    )
+    lang: str | None = Field(None, max_length=16, description="PDF language: fi, sv or en.")
+
+
+class _ReadHeaders(BaseModel):
+    accept_language: str | None = Field(None, alias="accept-language", max_length=1000)
+    if_none_match: str | None = Field(None, alias="if-none-match", max_length=2000)
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def _checked(
+    model: type[Model], source: str, values: Mapping[str, str], errors: list[Any]
+) -> Model | None:
+    """``values`` checked against ``model`` exactly as FastAPI checks declared parameters (the
+    same messages, located at ``source``); None, with the errors added, when they fail."""
+    wanted = {
+        field.alias or name: values[field.alias or name]
+        for name, field in model.model_fields.items()
+        if (field.alias or name) in values
+    }
+    try:
+        return model.model_validate(wanted)
+    except ValidationError as exc:
+        errors.extend({**e, "loc": (source, *e["loc"])} for e in exc.errors())
+        return None
+
+
+def _openapi_parameters(model: type[BaseModel], source: str) -> list[dict[str, Any]]:
+    """The parameters as FastAPI would have described them, had the route declared them."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    parameters = []
+    for name, field in model.model_fields.items():
+        property_schema = schema["properties"][field.alias or name]
+        if "$ref" in property_schema.get("allOf", [{}])[0]:
+            property_schema = {**property_schema.pop("allOf")[0], **property_schema}
+        parameter = {"name": field.alias or name, "in": source, "required": False}
+        if field.description:
+            parameter["description"] = field.description
+        parameters.append({**parameter, "schema": property_schema})
+    return parameters
+
+
+# The read routes check their parameters themselves, after the caller's key or token, so that a
+# caller without a valid key gets 401 before any parameter is checked (400); the key check and the
+# read then run in one thread hop, and the single read in one statement (docs/performance.md,
+# "Reading"). FastAPI describes the parameters from these models, for the docs only.
+_LIST_PARAMETERS = {"parameters": _openapi_parameters(_ListQuery, "query")}
+_READ_PARAMETERS = {
+    "parameters": [
+        *_openapi_parameters(_ReadQuery, "query"),
+        *_openapi_parameters(_ReadHeaders, "header"),
+    ]
+}
+
+
 @router.get(
     "/",
     summary="List the receipts the caller may read, newest first",
+    openapi_extra=_LIST_PARAMETERS,
     response_model=None,  # the answer is documented, not re-validated
     responses={200: {"model": ReceiptList}},
 )
-async def list_receipts(
-    reader: ReceiptReader,
-    services: ServicesDep,
-    since: Annotated[
-        datetime | None, Query(description="Only receipts at or after this time.")
-    ] = None,
-    limit: Annotated[int, Query(ge=1, le=readers.MAX_LIST_LIMIT)] = readers.DEFAULT_LIST_LIMIT,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
-) -> dict[str, Any]:
-    if since is not None and since.tzinfo is None:
-        raise InvalidRequest([ErrorDetail("invalid_value", "since: must carry a UTC offset.")])
-    return await run_in_threadpool(_list_page, services, reader, since, limit, cursor)
+async def list_receipts(request: Request) -> Response:
+    services = get_services(request)
+    return await run_in_threadpool(_list_answer, services, request.headers, request.query_params)
 
 
-def _list_page(
-    services: Services, reader: Reader, since: datetime | None, limit: int, cursor: str | None
-) -> dict[str, Any]:
+def _list_answer(services: Services, headers: Headers, query: Mapping[str, str]) -> Response:
     with services.db.session(write=False) as session:
-        return readers.list_receipts(session, reader, since=since, limit=limit, cursor=cursor)
+        reader = _reader(services, session, headers)
+        errors: list[Any] = []
+        params = _checked(_ListQuery, "query", query, errors)
+        if params is None:
+            raise RequestValidationError(errors)
+        if params.since is not None and params.since.tzinfo is None:
+            raise InvalidRequest([ErrorDetail("invalid_value", "since: must carry a UTC offset.")])
+        page = readers.list_receipts(
+            session, reader, since=params.since, limit=params.limit, cursor=params.cursor
+        )
+    # Serialised straight from the page (the same bytes as through the declared ReceiptList).
+    return ORJSONResponse(page)
 
 
 @router.get(
@@ -182,21 +250,35 @@ def _list_page(
         404: {"description": "No such receipt, or the caller may not see it."},
         409: {"description": "finvoice_unavailable: the poster has no bank account (IBAN)."},
     },
+    openapi_extra=_READ_PARAMETERS,
 )
-async def get_receipt(
-    receipt_id: str,
-    data_format: str,
-    reader: ReceiptReader,
-    services: ServicesDep,
-    layout: Annotated[
-        Layout, Query(description="service_pdf page layout: a4 (default) or roll (80 mm).")
-    ] = Layout.A4,
-    lang: Annotated[
-        str | None, Query(max_length=16, description="PDF language: fi, sv or en.")
-    ] = None,
-    accept_language: Annotated[str | None, Header(max_length=1000)] = None,
-    if_none_match: Annotated[str | None, Header(max_length=2000)] = None,
-) -> Response:
+async def get_receipt(request: Request, receipt_id: str, data_format: str) -> Response:
+    services = get_services(request)
+    # One thread hop for the key, the database and the rendering (a PDF renders for
+    # milliseconds).
+    return await run_in_threadpool(
+        _receipt_answer, services, request.headers, request.query_params, receipt_id, data_format
+    )
+
+
+@dataclass(frozen=True)
+class _ReadRequest:
+    receipt_id: uuid.UUID
+    fmt: DataFormat
+    layout: Layout
+    locale: str
+    if_none_match: str | None
+
+
+def _read_request(
+    headers: Headers, query: Mapping[str, str], receipt_id: str, data_format: str
+) -> _ReadRequest:
+    """What a receipt read asks for; its errors in the order they are answered."""
+    errors: list[Any] = []
+    options = _checked(_ReadQuery, "query", query, errors)
+    conditions = _checked(_ReadHeaders, "header", headers, errors)
+    if options is None or conditions is None:
+        raise RequestValidationError(errors)
     try:
         fmt = DataFormat(data_format)
     except ValueError:
@@ -208,34 +290,45 @@ async def get_receipt(
         receipt_uuid = uuid.UUID(receipt_id)
     except ValueError:
         raise NotFound() from None
-    locale = as_language(lang).value if lang else negotiate_locale(accept_language).value
-    # One thread hop for the database and the rendering (a PDF renders for milliseconds).
-    return await run_in_threadpool(
-        _receipt_answer, services, reader, receipt_uuid, fmt, layout, locale, if_none_match
-    )
+    if options.lang:
+        locale = as_language(options.lang).value
+    else:
+        locale = negotiate_locale(conditions.accept_language).value
+    return _ReadRequest(receipt_uuid, fmt, options.layout, locale, conditions.if_none_match)
 
 
 def _receipt_answer(
     services: Services,
-    reader: Reader,
-    receipt_id: uuid.UUID,
-    fmt: DataFormat,
-    layout: Layout,
-    locale: str,
-    if_none_match: str | None,
+    headers: Headers,
+    query: Mapping[str, str],
+    receipt_id: str,
+    data_format: str,
 ) -> Response:
     with services.db.session(write=False) as session:
-        receipt, poster = readers.readable_receipt(session, reader, receipt_id)
+        try:
+            asked = _read_request(headers, query, receipt_id, data_format)
+        except (KuittiError, RequestValidationError):
+            _reader(services, session, headers)  # the caller first: 401 before 400 or 404
+            raise
+        authorization = headers.get("authorization")
+        if _is_bearer(authorization):
+            reader = _reader(services, session, headers)
+            receipt, poster = readers.readable_receipt(session, reader, asked.receipt_id)
+        else:
+            # A partner key: its check and the read in one statement.
+            digest = key_digest(authorization or service_api_key(headers))
+            receipt, poster = readers.readable_receipt_by_key(session, digest, asked.receipt_id)
+        fmt, layout, locale = asked.fmt, asked.layout, asked.locale
         tag = etag(receipt, poster, fmt, layout=layout, locale=locale)
-        headers = {
+        answer_headers = {
             "ETag": tag,
             # A receipt is personal: browsers may keep it but must revalidate; shared caches never.
             "Cache-Control": "private, no-cache",
             "Vary": "Authorization, SERVICE_APIKEY, Accept-Language",
             "X-Content-Type-Options": "nosniff",
         }
-        if if_none_match and _etag_matches(if_none_match, tag):
-            return Response(status_code=304, headers=headers)
+        if asked.if_none_match and _etag_matches(asked.if_none_match, tag):
+            return Response(status_code=304, headers=answer_headers)
         rendered = render(
             receipt,
             poster,
@@ -245,8 +338,8 @@ def _receipt_answer(
             relations=relations(session, receipt),
         )
     if rendered.media_type == "application/pdf":
-        headers["Content-Disposition"] = f'inline; filename="{rendered.filename}"'
-    return Response(rendered.content, media_type=rendered.media_type, headers=headers)
+        answer_headers["Content-Disposition"] = f'inline; filename="{rendered.filename}"'
+    return Response(rendered.content, media_type=rendered.media_type, headers=answer_headers)
 
 
 def _etag_matches(header: str, tag: str) -> bool:

@@ -270,7 +270,7 @@ def _sort_postings(session: Session, postings: list[Posting]) -> tuple[list[int]
         key = (posting.holder.id, posting.idempotency.key) if posting.idempotency else None
         plain = (
             all(t.type is TokenType.RECEIPT_ID for t in posting.request.tokens)
-            and all(namespace in posting.holder.namespaces for namespace, _ in ids)
+            and all(namespace in posting.holder.namespace_names for namespace, _ in ids)
             and len(set(ids)) == len(ids)
             and not posting.request.receipt.names_original
             and used_ids.isdisjoint(ids)

@@ -15,9 +15,10 @@ One delivery goes through three steps, each usable on its own (tests call them d
    one this worker set (a worker that overran its lease cannot undo another's result).
 
 ``run_webhooks`` runs these as a pipeline: up to ``MAX_IN_FLIGHT`` calls at once, at most
-``MAX_IN_FLIGHT_PER_PARTNER`` to one partner (a slow partner cannot hold up the others), outcomes
-written in batches. It waits for work on an in-process wake-up (a commit that queued a webhook),
-PostgreSQL ``LISTEN``, or a short poll (retries falling due, other processes on SQLite).
+``MAX_IN_FLIGHT_PER_PARTNER`` to one partner (a slow partner cannot hold up the others), the
+outcomes of the calls finished meanwhile written in the same transaction as the next claim. It
+waits for work on an in-process wake-up (a commit that queued a webhook), PostgreSQL ``LISTEN``,
+or a short poll (retries falling due, other processes on SQLite).
 
 Why one long module: the three steps and the pipeline share the lease, the in-flight limits and
 the batch window, and a crash between any two of them must lose nothing; reading them side by
@@ -40,7 +41,7 @@ from functools import lru_cache
 
 import aiohttp
 import certifi
-from sqlalchemy import Update, bindparam, exists, func, insert, select, update
+from sqlalchemy import Connection, Update, bindparam, exists, func, insert, select, update
 
 from kuitti import metrics, outbox
 from kuitti.config import Settings
@@ -200,30 +201,76 @@ def claim_due(
 
 
 def _claim_due(
-    services: Services, *, limit: int, busy: dict[uuid.UUID, int], per_partner: int
+    services: Services,
+    *,
+    limit: int,
+    busy: dict[uuid.UUID, int],
+    per_partner: int,
+    finished: Sequence[Outcome] = (),
+    rng: random.Random | None = None,
 ) -> tuple[list[Claim], bool]:
     """``claim_due``, and whether more were due than it took (a backlog: claim again as soon as
-    there is room, rather than waiting for a wake-up)."""
-    if limit <= 0:
-        return [], True
+    there is room, rather than waiting for a wake-up).
+
+    With ``finished`` outcomes, records them (``record_outcomes``) in the same transaction as
+    the claim: one commit per batch instead of two. They are recorded even when nothing is due,
+    and if the transaction fails neither the outcomes nor the lease are written."""
     now = services.clock.now()
-    # A cheap read first: an idle poll never takes the (SQLite: database-wide) write lock.
-    with services.db.session(write=False) as session:
+    if not finished:
+        if limit <= 0:
+            return [], True
+        # A cheap read first: an idle poll never takes the (SQLite: database-wide) write lock.
+        with services.db.session(write=False) as session:
+            candidates = _candidates(session.connection(), now, limit, busy, per_partner)
+        picked, more = _pick(candidates, limit, busy, per_partner)
+        if not picked:
+            return [], more
+        with services.db.session() as session:
+            return _lease(services, session.connection(), picked, now), more
+    rows = _outcome_rows(services.settings, finished, rng or random.Random())
+    more = limit <= 0
+    claims: list[Claim] = []
+    with services.db.session() as session:
         connection = session.connection()
-        window = max(limit * 8, 256)
-        candidates = [
-            (row[0], row[1])
-            for row in connection.execute(_CANDIDATES, {"now": now, "window": window})
-        ]
-        if len(candidates) == window and _room_used(candidates, busy, per_partner) < limit:
-            # One partner's backlog fills the window: rank per partner instead, so the others
-            # are not crowded out (costlier, so only when needed).
-            params = {"now": now, "per_partner": per_partner, "window": limit + sum(busy.values())}
-            candidates = [
-                (row[0], row[1]) for row in connection.execute(_RANKED_CANDIDATES, params)
-            ]
-    if not candidates:
-        return [], False
+        _write_outcomes(connection, rows)
+        if limit > 0:
+            candidates = _candidates(connection, now, limit, busy, per_partner)
+            picked, more = _pick(candidates, limit, busy, per_partner)
+            if picked:
+                claims = _lease(services, connection, picked, now)
+    _count_outcomes(rows)
+    return claims, more
+
+
+def _candidates(
+    connection: Connection,
+    now: datetime,
+    limit: int,
+    busy: dict[uuid.UUID, int],
+    per_partner: int,
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """Due deliveries' ids and partners, in due order: enough for ``_pick`` to fill ``limit``
+    within the per-partner limits."""
+    window = max(limit * 8, 256)
+    candidates = [
+        (row[0], row[1]) for row in connection.execute(_CANDIDATES, {"now": now, "window": window})
+    ]
+    if len(candidates) == window and _room_used(candidates, busy, per_partner) < limit:
+        # One partner's backlog fills the window: rank per partner instead, so the others
+        # are not crowded out (costlier, so only when needed).
+        params = {"now": now, "per_partner": per_partner, "window": limit + sum(busy.values())}
+        candidates = [(row[0], row[1]) for row in connection.execute(_RANKED_CANDIDATES, params)]
+    return candidates
+
+
+def _pick(
+    candidates: Sequence[tuple[uuid.UUID, uuid.UUID]],
+    limit: int,
+    busy: dict[uuid.UUID, int],
+    per_partner: int,
+) -> tuple[list[uuid.UUID], bool]:
+    """The ids to lease, within ``limit`` and the per-partner limits, and whether any due
+    candidate was left over."""
     room = Counter({pid: per_partner - n for pid, n in busy.items()})
     picked: list[uuid.UUID] = []
     for delivery_id, partner_id in candidates:
@@ -232,25 +279,27 @@ def _claim_due(
         if room[partner_id] > 0 and len(picked) < limit:
             room[partner_id] -= 1
             picked.append(delivery_id)
-    more = len(candidates) > len(picked)
-    if not picked:
-        return [], more
+    return picked, len(candidates) > len(picked)
+
+
+def _lease(
+    services: Services, connection: Connection, picked: list[uuid.UUID], now: datetime
+) -> list[Claim]:
+    """Lease the ``picked`` rows that are still due (another worker may have taken some) and
+    return them as claims, in due order, with their partner's current URL and key."""
     lease = Lease.new(now, lease_seconds(services.settings))
-    with services.db.session() as session:
-        connection = session.connection()
-        params = {"picked": picked, "now": now, **lease.values}
-        leased = sorted(
-            connection.execute(_leasing(services.db.dialect), params),
-            key=lambda row: row.next_attempt_at,
-        )
-        if not leased:
-            return [], more
-        # The partner's URL and key as they are now: read at every attempt.
-        partner_ids = list({row.partner_id for row in leased})
-        partners = {
-            row.id: row
-            for row in connection.execute(_PARTNER_TARGETS, {"partner_ids": partner_ids})
-        }
+    params = {"picked": picked, "now": now, **lease.values}
+    leased = sorted(
+        connection.execute(_leasing(services.db.dialect), params),
+        key=lambda row: row.next_attempt_at,
+    )
+    if not leased:
+        return []
+    # The partner's URL and key as they are now: read at every attempt.
+    partner_ids = list({row.partner_id for row in leased})
+    partners = {
+        row.id: row for row in connection.execute(_PARTNER_TARGETS, {"partner_ids": partner_ids})
+    }
     secret = services.settings.resolved_secret_key
     claims: list[Claim] = []
     for row in leased:
@@ -273,7 +322,7 @@ def _claim_due(
                 lease_token=lease.token,
             )
         )
-    return claims, more
+    return claims
 
 
 class HttpClients:
@@ -429,17 +478,33 @@ _UPDATE_DELIVERY = (
 )
 
 
+@dataclass(frozen=True)
+class _OutcomeRows:
+    """What recording a batch of outcomes writes, and what to count once it is committed."""
+
+    attempts: list[dict[str, object]]
+    updates: list[dict[str, object]]
+    tally: list[tuple[str, Outcome]]
+
+
 def record_outcomes(
     services: Services, outcomes: Sequence[Outcome], *, rng: random.Random | None = None
 ) -> None:
     """Log the attempts and move each delivery on, in one transaction."""
     if not outcomes:
         return
-    settings = services.settings
-    rng = rng or random.Random()  # jitter, not a secret
-    updates: list[dict[str, object]] = []
-    attempts: list[dict[str, object]] = []
-    tally: list[tuple[str, Outcome]] = []
+    rows = _outcome_rows(services.settings, outcomes, rng or random.Random())
+    with services.db.session() as session:
+        _write_outcomes(session.connection(), rows)
+    _count_outcomes(rows)
+
+
+def _outcome_rows(
+    settings: Settings, outcomes: Sequence[Outcome], rng: random.Random
+) -> _OutcomeRows:
+    """Each attempt's row, and each delivery's next state: delivered, a retry after the
+    schedule's delay (``rng``: the jitter, not a secret), or failed for good."""
+    rows = _OutcomeRows([], [], [])
     for outcome in outcomes:
         claim = outcome.claim
         made = claim.attempt_count + 1
@@ -451,7 +516,7 @@ def record_outcomes(
             delay = outbox.retry_delay_seconds(settings, made, rng)
             status = DeliveryStatus.PENDING
             next_at, delivered = outcome.finished_at + timedelta(seconds=delay), None
-        updates.append(
+        rows.updates.append(
             {
                 "b_id": claim.delivery_id,
                 "b_token": claim.lease_token,
@@ -461,7 +526,7 @@ def record_outcomes(
                 "b_delivered": outcome.finished_at if delivered else None,
             }
         )
-        attempts.append(
+        rows.attempts.append(
             {
                 "delivery_id": claim.delivery_id,
                 "at": outcome.at,
@@ -470,12 +535,18 @@ def record_outcomes(
                 "error": outcome.error,
             }
         )
-        tally.append((status.value, outcome))
-    with services.db.session() as session:
-        connection = session.connection()
-        connection.execute(_INSERT_ATTEMPT, attempts)
-        connection.execute(_UPDATE_DELIVERY, updates)
-    for status_value, outcome in tally:
+        rows.tally.append((status.value, outcome))
+    return rows
+
+
+def _write_outcomes(connection: Connection, rows: _OutcomeRows) -> None:
+    connection.execute(_INSERT_ATTEMPT, rows.attempts)
+    connection.execute(_UPDATE_DELIVERY, rows.updates)
+
+
+def _count_outcomes(rows: _OutcomeRows) -> None:
+    """Metrics and the give-up log line, once the outcomes are committed."""
+    for status_value, outcome in rows.tally:
         kind = outcome.claim.notification_type
         if status_value == DeliveryStatus.DELIVERED:
             metrics.WEBHOOKS_SENT.labels(kind).inc()
@@ -537,6 +608,7 @@ class Pipeline:
         self.busy: dict[uuid.UUID, int] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.outcomes: list[Outcome] = []
+        self.rng = random.Random()  # retry jitter, not a secret
         self.progress = asyncio.Event()
         self.backlog = True  # until a claim says otherwise, something may be due
         self.full = False  # the last claim took as many as it asked for: ask again at once
@@ -545,24 +617,39 @@ class Pipeline:
     def in_flight(self) -> int:
         return len(self.tasks)
 
-    async def claim(self, *, woken: bool = False) -> int:
-        """Lease due rows into free slots, when there may be some: after a wake-up (a commit
-        that queued a webhook, or the poll) or while the last claim left a backlog."""
+    async def step(self, *, woken: bool = False) -> int:
+        """Record the finished outcomes and lease due rows into free slots, in one transaction
+        (one thread hop, one commit). It claims only when there may be something due: after a
+        wake-up (a commit that queued a webhook, or the poll) or while the last claim left a
+        backlog. On a database error the outcomes are kept for the next try. Returns the number
+        of calls started."""
         self.backlog = self.backlog or woken
         self.full = False
         room = self.max_in_flight - self.in_flight
         # Claim in batches: a claim per freed slot would cost a transaction per delivery.
-        if not self.backlog or room <= 0 or (self.in_flight and room < self.claim_threshold):
-            return 0
-        limit = min(room, CLAIM_BATCH)
-        claims, self.backlog = await asyncio.to_thread(
-            _claim_due,
-            self.services,
-            limit=limit,
-            busy=dict(self.busy),
-            per_partner=self.per_partner,
+        claiming = (
+            self.backlog and room > 0 and (not self.in_flight or room >= self.claim_threshold)
         )
-        self.full = len(claims) == limit
+        limit = min(room, CLAIM_BATCH) if claiming else 0
+        finished, self.outcomes = self.outcomes, []
+        if not limit and not finished:
+            return 0
+        try:
+            claims, more = await asyncio.to_thread(
+                _claim_due,
+                self.services,
+                limit=limit,
+                busy=dict(self.busy),
+                per_partner=self.per_partner,
+                finished=finished,
+                rng=self.rng,
+            )
+        except BaseException:
+            self.outcomes[:0] = finished
+            raise
+        if limit:
+            self.backlog = more
+            self.full = len(claims) == limit
         for claim in claims:
             self.busy[claim.partner_id] = self.busy.get(claim.partner_id, 0) + 1
             task = asyncio.create_task(self._send(claim))
@@ -584,18 +671,6 @@ class Pipeline:
                 self.busy.pop(claim.partner_id, None)
             self.progress.set()
 
-    async def flush(self) -> int:
-        """Record finished outcomes; on a database error keep them for the next try."""
-        batch, self.outcomes = self.outcomes, []
-        if not batch:
-            return 0
-        try:
-            await asyncio.to_thread(record_outcomes, self.services, batch)
-        except BaseException:
-            self.outcomes[:0] = batch
-            raise
-        return len(batch)
-
     async def drain(self, timeout_seconds: float) -> None:
         """On shutdown: let calls under way finish (bounded), then record what finished."""
         if self.tasks:
@@ -603,7 +678,7 @@ class Pipeline:
             for task in pending:
                 task.cancel()
         with contextlib.suppress(Exception):
-            await self.flush()
+            await asyncio.to_thread(record_outcomes, self.services, self.outcomes, rng=self.rng)
 
 
 async def _wait_any(events: Iterable[asyncio.Event], timeout_seconds: float) -> None:
@@ -642,8 +717,7 @@ async def run_webhooks(
                 wake.clear()
                 pipeline.progress.clear()
                 try:
-                    await pipeline.flush()
-                    await pipeline.claim(woken=woken)
+                    await pipeline.step(woken=woken)
                 except Exception as exc:  # the database is away: keep running, try again
                     metrics.WEBHOOK_WORKER_ERRORS.inc()
                     backoff = min(max(backoff * 2, 0.1), DB_RETRY_MAX_SECONDS)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kuitti.errors import Unauthorized
-from kuitti.partners.auth import authenticate_partner
-from kuitti.partners.keys import api_key_from_header
+from kuitti.partners.keys import api_key_from_header, key_holder
 from kuitti.services import Services
 from tests.conftest import StatementCounter
 
@@ -34,5 +33,5 @@ def test_a_wrong_key_always_asks_the_database(services: Services, sql: Statement
             services.db.session(write=False) as session,
             pytest.raises(Unauthorized),
         ):
-            authenticate_partner(services, session, "Token kt_wrong")
+            key_holder(session, "Token kt_wrong")
         assert any("FROM partners" in s for s in statements)

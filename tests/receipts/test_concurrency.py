@@ -82,7 +82,8 @@ def test_more_posts_at_once_than_the_pool_has_connections(
     """A request holds one connection at a time: authenticating through the request's session
     and then writing through a unit of its own never waits for a second connection while it
     keeps the first (forty posts against the test pool of twenty used to wait out its timeout).
-    Card routes authenticate the same way (``authenticate_partner``)."""
+    Card routes authenticate the same way (``partners.keys.key_holder``, then the connection
+    handed back)."""
     merchant = make_partner(services)
     posts = [(receipt_doc(receiptNumber=f"R-{i}"), auth(merchant.api_key)) for i in range(40)]
     responses = race(live_server.url, posts)

@@ -12,6 +12,7 @@ from kuitti.models import PartnerRole
 from kuitti.services import Services
 from tests.conftest import StatementCounter
 from tests.factories import auth, make_partner, receipt_doc
+from tests.test_cli import run, run_json
 
 LIST = "/api/v1/receipts/"
 
@@ -103,10 +104,10 @@ class TestGetReceipt:
 class TestReadCost:
     """What the read path does per request (docs/performance.md, "Reading")."""
 
-    def test_a_read_is_two_queries(
+    def test_a_read_is_one_query(
         self, client: httpx.Client, services: Services, sql: StatementCounter
     ) -> None:
-        """The key's partner; then the receipt, its poster and the right to read it at once."""
+        """The key's partner, the receipt, its poster and the right to read it at once."""
         merchant = make_partner(services)
         receipt_id = create(client, merchant.api_key)
         path = f"/api/v1/receipts/{receipt_id}/service_json/"
@@ -114,7 +115,7 @@ class TestReadCost:
         with sql.counting() as statements:
             assert client.get(path, headers=auth(merchant.api_key)).status_code == 200
         queries = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
-        assert len(queries) == 2, queries
+        assert len(queries) == 1, queries
 
     def test_a_bad_key_is_401_before_a_bad_parameter_is_400(
         self, client: httpx.Client, services: Services
@@ -217,3 +218,126 @@ class TestListReceipts:
         response = client.get(LIST, headers=auth(issuer.api_key))
         assert response.status_code == 200
         assert response.json() == {"receipts": [], "next_cursor": None}
+
+
+class TestReadChecks:
+    """The read routes check the caller, then their parameters, themselves (so the key check
+    and the read share one statement); their answers are exactly FastAPI's as before."""
+
+    @pytest.mark.parametrize(
+        ("path", "headers", "expected"),
+        [
+            (
+                "{read}?layout=x",
+                {},
+                {
+                    "error": "invalid_value",
+                    "decription": "query.layout: Input should be 'a4' or 'roll'",
+                },
+            ),
+            (
+                "{read}?lang=" + "x" * 17,
+                {},
+                {
+                    "error": "invalid_value",
+                    "decription": "query.lang: String should have at most 16 characters",
+                },
+            ),
+            (
+                "{read}?layout=",
+                {"If-None-Match": "x" * 2001},
+                [
+                    {
+                        "error": "invalid_value",
+                        "decription": "query.layout: Input should be 'a4' or 'roll'",
+                    },
+                    {
+                        "error": "invalid_value",
+                        "decription": "header.if-none-match: String should have at most 2000 "
+                        "characters",
+                    },
+                ],
+            ),
+            (
+                f"{LIST}?limit=0",
+                {},
+                {
+                    "error": "invalid_value",
+                    "decription": "query.limit: Input should be greater than or equal to 1",
+                },
+            ),
+            (
+                f"{LIST}?limit=x&cursor=" + "c" * 201,
+                {},
+                [
+                    {
+                        "error": "invalid_value",
+                        "decription": "query.limit: Input should be a valid integer, unable to "
+                        "parse string as an integer",
+                    },
+                    {
+                        "error": "invalid_value",
+                        "decription": "query.cursor: String should have at most 200 characters",
+                    },
+                ],
+            ),
+            (
+                f"{LIST}?since=2026-01-01T00:00:00",
+                {},
+                {"error": "invalid_value", "decription": "since: must carry a UTC offset."},
+            ),
+        ],
+        ids=["layout", "lang", "two-errors", "limit", "list-two-errors", "naive-since"],
+    )
+    def test_bad_parameters_answer_as_fastapi_did(
+        self,
+        client: httpx.Client,
+        services: Services,
+        path: str,
+        headers: dict[str, str],
+        expected: object,
+    ) -> None:
+        merchant = make_partner(services)
+        read = f"/api/v1/receipts/{create(client, merchant.api_key)}/service_json/"
+        url = path.format(read=read)
+        answer = client.get(url, headers={**auth(merchant.api_key), **headers})
+        assert (answer.status_code, answer.json()) == (400, expected)
+        refused = client.get(url, headers={**auth("not-a-key"), **headers})
+        assert refused.status_code == 401
+
+    def test_a_malformed_id_of_a_bad_key_is_401(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        for path in ("/api/v1/receipts/nope/service_json/", "/api/v1/receipts/nope/word_doc/"):
+            assert client.get(path, headers=auth("not-a-key")).status_code == 401
+
+    @pytest.mark.parametrize("change", ["rotate", "disable"])
+    def test_a_changed_key_is_refused_at_once(
+        self, client: httpx.Client, services: Services, change: str
+    ) -> None:
+        merchant = make_partner(services)
+        headers = auth(merchant.api_key)
+        read = f"/api/v1/receipts/{create(client, merchant.api_key)}/service_json/"
+        assert client.get(read, headers=headers).status_code == 200
+        assert client.get(LIST, headers=headers).status_code == 200
+        partner_id = str(merchant.partner.id)
+        if change == "rotate":
+            run_json(services, "partner", "rotate", partner_id, "--secret", "api_key")
+        else:
+            assert run(services, "partner", "disable", partner_id).exit_code == 0
+        for path in (read, LIST):
+            refused = client.get(path, headers=headers)
+            assert (refused.status_code, refused.json()) == (
+                401,
+                {"error": "unauthorized", "decription": "The API key is not valid."},
+            )
+
+    def test_the_key_may_come_in_service_apikey(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        merchant = make_partner(services)
+        read = f"/api/v1/receipts/{create(client, merchant.api_key)}/service_json/"
+        for header in ("SERVICE_APIKEY", "Service-Apikey"):
+            answer = client.get(read, headers={header: merchant.api_key})
+            assert answer.status_code == 200
+            assert client.get(LIST, headers={header: merchant.api_key}).status_code == 200

@@ -27,6 +27,7 @@ from kuitti.webhooks.ssrf import TargetGuard
 from kuitti.webhooks.worker import (
     Claim,
     Outcome,
+    Pipeline,
     claim_due,
     lease_seconds,
     make_client,
@@ -173,6 +174,40 @@ class TestBatchBookkeeping:
             row = delivery(services, delivery_id)
             assert row.status == DeliveryStatus.DELIVERED
             assert len(row.attempts) == 1  # the lost attempt was never recorded
+
+    def test_a_batch_outcomes_and_the_next_claim_share_one_commit(self, services: Services) -> None:
+        """The pipeline records what finished in the transaction that claims the next rows:
+        one commit per batch, not one for the outcomes and more for the claim."""
+        commits: list[object] = []
+
+        def committed(connection: object) -> None:
+            commits.append(connection)
+
+        with Receiver() as endpoint:
+            partner = webhook_partner(services, endpoint.url)
+            first = queue(services, partner)
+
+            async def main() -> tuple[uuid.UUID, int]:
+                async with make_client(services.settings) as client:
+                    pipeline = Pipeline(services, client)
+                    assert await pipeline.step(woken=True) == 1
+                    await asyncio.wait(set(pipeline.tasks))  # answered; the outcome waits
+                    assert delivery(services, first).status == DeliveryStatus.PENDING
+                    second = queue(services, partner)
+                    event.listen(services.db.engine, "commit", committed)
+                    try:
+                        started = await pipeline.step(woken=True)
+                    finally:
+                        event.remove(services.db.engine, "commit", committed)
+                    await asyncio.wait(set(pipeline.tasks))
+                    return second, started
+
+            second, started = asyncio.run(main())
+            endpoint.wait_for(2)
+        assert started == 1
+        assert len(commits) == 1
+        assert delivery(services, first).status == DeliveryStatus.DELIVERED
+        assert delivery(services, second).lease_token is not None  # claimed, its answer unrecorded
 
 
 def _send_all(services: Services, claims: list[Claim]) -> list[Outcome]:
