@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import TypeAdapter
 from starlette.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
 
@@ -108,68 +108,6 @@ TOKEN_REQUEST_SCHEMA: dict[str, Any] = {
 }
 
 
-class TokenResult(BaseModel):
-    type: str
-    status: str
-
-
-class ReceiptCreated(BaseModel):
-    """What creating a receipt answers: its id, the links its RECEIPT_ID tokens made, one status
-    per token (in order) and the receipt's private web address."""
-
-    receipt_id: str
-    receipt_links: list[str]
-    tokens: list[TokenResult]
-    receipt_web_url: str
-
-
-class ValidationWarning(BaseModel):
-    """An advisory rule's finding: the post would still be accepted."""
-
-    code: str
-    path: str
-    message: str
-
-
-class ReceiptValid(BaseModel):
-    """The dry run's answer when a post would be accepted (``valid`` is always true: a refused
-    body answers 400 with the post's errors)."""
-
-    valid: bool
-    warnings: list[ValidationWarning]
-
-
-class ReceiptSummary(BaseModel):
-    receipt_id: str
-    merchant_name: str | None
-    receipt_time: str
-    total: int
-    currency: str
-    original_receipt_id: str | None = Field(
-        None, description="On a return linked to its purchase, if the caller may read it too."
-    )
-    return_receipt_ids: list[str] | None = Field(
-        None, description="On a purchase, its linked returns that the caller may read too."
-    )
-
-
-class ReceiptList(BaseModel):
-    """One page, newest first; ``next_cursor`` fetches the next (null on the last page)."""
-
-    receipts: list[ReceiptSummary]
-    next_cursor: str | None
-
-
-# The JSON answers of the receipt operations (reading a receipt answers in the format asked for).
-# Every other API route declares its answer on the route (``responses={200: {"model": …}}``);
-# these wait for kuitti/receipts/routes.py to do the same.
-RESPONSE_MODELS: dict[tuple[str, str], type[BaseModel]] = {
-    ("post", "/api/v1/receipts/"): ReceiptCreated,
-    ("post", "/api/v1/receipts/validate"): ReceiptValid,
-    ("get", "/api/v1/receipts/"): ReceiptList,
-}
-
-
 def _swagger_ui_assets() -> Path:
     """Swagger UI's files as the swagger-ui-py package ships them (found without importing it:
     its package imports handlers for other web frameworks)."""
@@ -213,12 +151,6 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     schemas.pop("HTTPValidationError", None)
     schemas.pop("ValidationError", None)
     schemas.update(ERROR_SCHEMAS)
-    for response_model in RESPONSE_MODELS.values():
-        response_schema = response_model.model_json_schema(
-            ref_template="#/components/schemas/{model}"
-        )
-        schemas.update(response_schema.pop("$defs", {}))
-        schemas[response_model.__name__] = response_schema
     components["securitySchemes"] = SECURITY_SCHEMES
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
@@ -230,10 +162,6 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
 def _shape_operation(method: str, path: str, operation: dict[str, Any]) -> None:
     responses = operation.setdefault("responses", {})
     responses.pop("422", None)
-    response_model = RESPONSE_MODELS.get((method, path))
-    if response_model is not None:
-        ref = {"$ref": f"#/components/schemas/{response_model.__name__}"}
-        responses["200"]["content"] = {"application/json": {"schema": ref}}
     security = SECURITY.get((method, path))
     if security is not None:
         operation["security"] = security

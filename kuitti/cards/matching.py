@@ -74,7 +74,6 @@ from kuitti.models.cards import (
 )
 from kuitti.receipts.schema import CardPayment
 from kuitti.receipts.schema import Receipt as ReceiptDocument
-from kuitti.receipts.validation import card_payments
 
 SETTLE_BATCH = 200
 CONTEST_LIMIT = 64
@@ -117,7 +116,8 @@ def card_payment_rows(
     """The rows recording a receipt's CARD payments (``insert_card_payments``)."""
     return [
         _row(receipt_id, document, index, payment, sandbox, now)
-        for index, payment in card_payments(document)
+        for index, payment in enumerate(document.payments or [])
+        if isinstance(payment, CardPayment)
     ]
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from kuitti.i18n import Language
 from kuitti.models import MailMessage, Receipt
 from kuitti.receipts.formats.rendering import render_service_pdf
+from kuitti.receipts.schema import Receipt as ReceiptDocument
 from kuitti.receipts.view import parse_document
 from kuitti.services import Services
 
@@ -36,9 +37,10 @@ def language_for_country(country: str | None) -> Language:
     return _COUNTRY_LANGUAGE.get((country or "").strip().casefold(), Language.EN)
 
 
-def receipt_language(receipt: Receipt) -> Language:
-    """The language a receipt's PDF is e-mailed in: from the merchant's country."""
-    branch = parse_document(receipt.document).merchant.branch
+def mail_language(document: ReceiptDocument) -> Language:
+    """The language a receipt is e-mailed in, message and PDF alike: from the merchant's
+    country."""
+    branch = document.merchant.branch
     return language_for_country(branch.address.country if branch else None)
 
 
@@ -51,5 +53,7 @@ def attachments_for(
     receipt = session.get(Receipt, message.receipt_pdf_id)
     if receipt is None:
         return []
-    rendered = render_service_pdf(session, receipt, locale=receipt_language(receipt).value)
+    rendered = render_service_pdf(
+        session, receipt, locale=mail_language(parse_document(receipt.document)).value
+    )
     return [(rendered.filename, rendered.content)]

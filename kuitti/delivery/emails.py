@@ -2,8 +2,8 @@
 receipt's PDF attached at send time (``MailMessage.receipt_pdf_id``).
 
 The language follows the merchant's country (Finnish for FI, Swedish for SE and AX, otherwise
-English; ``attachments.language_for_country``): an e-mail has no ``Accept-Language`` to go by,
-and the link page itself lets the reader switch.
+English; ``attachments.mail_language``, which the attached PDF follows too): an e-mail has no
+``Accept-Language`` to go by, and the link page itself lets the reader switch.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from sqlalchemy.orm import Session
 
 from kuitti.config import Settings
-from kuitti.delivery.attachments import language_for_country
+from kuitti.delivery.attachments import mail_language
 from kuitti.delivery.mail import enqueue_mail
 from kuitti.models import MailMessage, Receipt
 from kuitti.paths import TEMPLATES_DIR
@@ -82,12 +82,6 @@ class MailRow:
     amount: str
 
 
-def mail_locale(document: ReceiptDocument) -> str:
-    """The e-mail's language; the attached PDF is rendered in the same one."""
-    branch = document.merchant.branch
-    return language_for_country(branch.address.country if branch else None).value
-
-
 def enqueue_receipt_email(
     session: Session,
     settings: Settings,
@@ -99,7 +93,7 @@ def enqueue_receipt_email(
     now: datetime,
 ) -> MailMessage:
     """Queue the receipt e-mail in the caller's transaction; the worker sends it."""
-    locale = mail_locale(document)
+    locale = mail_language(document).value
     texts = _TEXTS[locale]
     merchant = document.merchant.name
     view = build_view(document, locale=locale)

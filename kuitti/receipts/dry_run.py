@@ -16,6 +16,7 @@ from fastapi import APIRouter, Header
 from kuitti.deps import RawBody, ReadSession, ServicesDep
 from kuitti.partners.auth import MerchantPartner
 from kuitti.partners.keys import require_json
+from kuitti.receipts.answers import ReceiptValid
 from kuitti.receipts.checks import dry_run
 from kuitti.receipts.routes import RECEIPT_BODY_SCHEMA
 from kuitti.responses import ORJSONResponse
@@ -27,8 +28,12 @@ router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
     "/validate",
     summary="Check a receipt as creating it would, without storing or sending anything",
     openapi_extra=RECEIPT_BODY_SCHEMA,
+    response_model=None,  # the answer is documented, not re-validated
     responses={
-        200: {"description": "The post would be accepted; warnings list likely mistakes."},
+        200: {
+            "model": ReceiptValid,
+            "description": "The post would be accepted; warnings list likely mistakes.",
+        },
         400: {"description": "The post would be refused with exactly these errors."},
         401: {"description": "Missing or wrong API key."},
         403: {"description": "The key's partner lacks the merchant role."},

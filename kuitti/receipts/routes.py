@@ -24,6 +24,7 @@ from kuitti.oauth.bearer import reading_connection
 from kuitti.partners.auth import service_api_key
 from kuitti.partners.keys import key_digest, key_holder
 from kuitti.receipts import readers
+from kuitti.receipts.answers import ReceiptCreated, ReceiptList
 from kuitti.receipts.formats import DataFormat
 from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.formats.rendering import etag, render
@@ -105,8 +106,12 @@ RECEIPT_POST_SCHEMA = {
     "/",
     summary="Create a receipt (card-linking form or token form)",
     openapi_extra=RECEIPT_POST_SCHEMA,
+    response_model=None,  # the answer is documented, not re-validated
     responses={
-        200: {"description": "The receipt was stored (or an unchanged resend was recognised)."},
+        200: {
+            "model": ReceiptCreated,
+            "description": "The receipt was stored (or an unchanged resend was recognised).",
+        },
         400: {"description": "Rejected: {error, decription} or a list of them."},
         401: {"description": "Missing or wrong API key."},
         403: {"description": "The key's partner lacks the merchant role."},
@@ -197,6 +202,8 @@ _READ_PARAMETERS = {
     "/",
     summary="List the receipts the caller may read, newest first",
     openapi_extra=_LIST_PARAMETERS,
+    response_model=None,  # the answer is documented, not re-validated
+    responses={200: {"model": ReceiptList}},
 )
 async def list_receipts(request: Request) -> Response:
     services = get_services(request)

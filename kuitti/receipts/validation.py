@@ -29,7 +29,7 @@ from pydantic_core import ErrorDetails
 from kuitti.cards.pan import contains_card_number
 from kuitti.errors import ErrorDetail, InvalidRequest
 from kuitti.inputs import json_path, parse_json, parse_json_fully
-from kuitti.receipts.schema import PATTERN_MESSAGES, CardPayment, Receipt
+from kuitti.receipts.schema import PATTERN_MESSAGES, Receipt
 
 MAX_TOKENS = 50
 TOKEN_TEXT_MAX = 4096
@@ -469,8 +469,3 @@ def check_rules(
             )
         )
     return errors
-
-
-def card_payments(receipt: Receipt) -> list[tuple[int, CardPayment]]:
-    """The CARD payments of a receipt with their index in ``payments``."""
-    return [(i, p) for i, p in enumerate(receipt.payments or []) if isinstance(p, CardPayment)]

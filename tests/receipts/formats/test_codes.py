@@ -13,7 +13,6 @@ from kuitti.receipts.formats.codes import (
     Symbology,
     choose_symbology,
     code_modules,
-    drawing,
     ean_check_valid,
     png,
     svg,
@@ -77,11 +76,6 @@ class TestOutputs:
         assert root.get("role") == "img"
         assert root.get("aria-label") == 'Etu <"10 %">'
         assert root.find("{http://www.w3.org/2000/svg}path") is not None
-
-    def test_reportlab_drawing(self) -> None:
-        picture = drawing(Symbology.QR, "hello")
-        assert picture is not None
-        assert picture.width > 40
 
     def test_unencodable_gives_none(self) -> None:
         assert svg(Symbology.EAN13, "123") is None
