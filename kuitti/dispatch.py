@@ -2,13 +2,16 @@
 
 FastAPI's router tries its routes one by one, each by regular expression, and for a route of an
 included router it does that walk twice (once to pick the router, once inside it). With every API
-path and its slash twin that is about 120 routes, and it was a third of the CPU of a ``/healthz``
-request (docs/performance.md, "The framework floor"). The table is built from the app's own
-routes when the first request comes, so routes are still declared one way only and the OpenAPI
-document does not change. It indexes the routes by the first three segments of their path;
-a request tries, in the router's order, only the routes of its own index entry plus those whose
-first segments hold a parameter, and the first route that takes both the path and the method
-answers, exactly as the router would have chosen it.
+path and its slash twin that is about fifty routes, and it was a third of the CPU of a
+``/healthz`` request (docs/performance.md, "The framework floor, every route"). The table is
+built from the app's own routes when the first request comes, so routes are still declared one
+way only and the OpenAPI document does not change. It indexes the routes by the first three
+segments of their path; a request tries, in the router's order, only the routes of its own
+index entry plus those whose first segments hold a parameter, and the first route that takes
+both the path and the method answers, exactly as the router would have chosen it.
+
+Routes are declared before the app serves (``create_app``); one added after the first request
+would be found by the router only where the table sends the request there.
 
 What the table does not settle goes to the router unchanged: a path no route takes (404), a
 method the path does not allow (405), and any route the table does not model (static files,
