@@ -86,9 +86,13 @@ def _may_read(reader_kind: str) -> ColumnElement[bool]:
             ReceiptDelivery.user_id == bindparam("user_id"),
             ReceiptDelivery.receipt_id == bindparam("receipt_id"),
         )
+    return _partner_may_read(bindparam("partner_id"))
+
+
+def _partner_may_read(partner_id: ColumnElement[Any]) -> ColumnElement[bool]:
+    """A grant in force lets ``partner_id`` read ``bindparam("receipt_id")``."""
     return exists().where(
-        ReceiptGrant.receipt_id == bindparam("receipt_id"),
-        _readable_by_partner(bindparam("partner_id")),
+        ReceiptGrant.receipt_id == bindparam("receipt_id"), _readable_by_partner(partner_id)
     )
 
 
@@ -115,13 +119,7 @@ _READABLE_WITH_KEY = (
     .select_from(_KEY_PARTNER)
     .outerjoin(
         Receipt,
-        and_(
-            Receipt.id == bindparam("receipt_id"),
-            exists().where(
-                ReceiptGrant.receipt_id == bindparam("receipt_id"),
-                _readable_by_partner(_KEY_PARTNER.id.expression),
-            ),
-        ),
+        and_(Receipt.id == bindparam("receipt_id"), _partner_may_read(_KEY_PARTNER.id.expression)),
     )
     .outerjoin(Partner, Partner.id == Receipt.partner_id)
     .where(_KEY_PARTNER.api_key_hash == bindparam("digest"), _KEY_PARTNER.disabled_at.is_(None))
