@@ -97,6 +97,29 @@ def test_metrics_count_each_request_under_its_route_and_status(client: httpx.Cli
     assert [a - b for a, b in zip(after, before, strict=True)] == [3, 3, 2]
 
 
+def test_metrics_count_each_new_receipt_once(client: httpx.Client, services: Services) -> None:
+    """``kuitti_receipts_created_total`` counts stored receipts: not resends, idempotent
+    replays or refused posts."""
+    created = "kuitti_receipts_created_total"
+    merchant = make_partner(services, namespaces=["kauppa"])
+    headers = auth(merchant.api_key)
+    token = {"type": "RECEIPT_ID", "namespace": "kauppa", "value": "M-1"}
+
+    def post(body: object, **extra: str) -> int:
+        return client.post("/api/v1/receipts/", json=body, headers={**headers, **extra}).status_code
+
+    before = _metric(client, created)
+    assert post(token_body(receipt_doc(), token)) == 200
+    assert _metric(client, created) - before == 1
+    assert post(token_body(receipt_doc(), token)) == 200  # an unchanged resend
+    assert post(receipt_doc(), **{"Idempotency-Key": "m-1"}) == 200
+    assert _metric(client, created) - before == 2
+    assert post(receipt_doc(), **{"Idempotency-Key": "m-1"}) == 200  # its replay
+    assert post(receipt_doc(receiptNumber="other"), **{"Idempotency-Key": "m-1"}) == 409
+    assert post({"receipt": "not a receipt"}) == 400
+    assert _metric(client, created) - before == 2
+
+
 def test_unknown_path_is_json_404(client: httpx.Client) -> None:
     response = client.get("/api/v1/nothing-here")
     assert response.status_code == 404

@@ -31,6 +31,7 @@ from kuitti.config import Settings
 from kuitti.db import Database
 from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, Unauthorized
 from kuitti.logs import log
+from kuitti.metrics import RECEIPTS_CREATED
 from kuitti.models import PartnerRole
 from kuitti.partners.keys import (
     INVALID_KEY,
@@ -42,7 +43,13 @@ from kuitti.partners.keys import (
     require_role,
 )
 from kuitti.receipts.checks import check_body
-from kuitti.receipts.service import IdempotencyKey, Outcome, Posting, create_receipts
+from kuitti.receipts.service import (
+    IdempotencyKey,
+    Outcome,
+    Posting,
+    create_receipts,
+    stored_receipts,
+)
 from kuitti.services import Services
 
 IDEMPOTENCY_KEY_MAX = 255
@@ -175,7 +182,10 @@ def write_batch(db: Database, settings: Settings, postings: list[Posting]) -> li
     """Store ``postings`` in one transaction; if it fails as a whole, each one alone."""
     try:
         with db.session() as session:
-            return create_receipts(session, settings, postings)
+            outcomes = create_receipts(session, settings, postings)
+            stored = stored_receipts(session)
+        RECEIPTS_CREATED.inc(stored)  # committed
+        return outcomes
     except Exception as exc:
         if len(postings) == 1:
             return [Outcome(error=exc)]

@@ -86,6 +86,20 @@ class Outcome:
     stale: bool = False
 
 
+_STORED = "kuitti.receipts_stored"
+
+
+def stored_receipts(session: Session) -> int:
+    """How many new receipts this unit of work has stored so far (resends and idempotent
+    replays not counted): what the caller adds to ``kuitti_receipts_created_total`` once the
+    unit has committed."""
+    return int(session.info.get(_STORED, 0))
+
+
+def _count_stored(session: Session, count: int) -> None:
+    session.info[_STORED] = stored_receipts(session) + count
+
+
 def create_receipt(
     session: Session,
     settings: Settings,
@@ -192,6 +206,7 @@ def _store(
     statuses = deliver_tokens(session, settings, partner, receipt, doc, request.tokens, now=now)
     receipt.token_statuses = [{"type": t.type.value, "status": t.status} for t in statuses]
     record_card_payments(session, receipt, doc, now=now)
+    _count_stored(session, 1)
     return CreatedReceipt(
         receipt_id=receipt.id,
         receipt_links=[p.url for p in plans],
@@ -221,6 +236,7 @@ def create_receipts(session: Session, settings: Settings, postings: list[Posting
         outcomes[current[i]].answer = answer
     for i in alone:
         posting = postings[current[i]]
+        stored_before = stored_receipts(session)
         try:
             with session.begin_nested():
                 partner = session.get(Partner, posting.holder.id)
@@ -235,6 +251,7 @@ def create_receipts(session: Session, settings: Settings, postings: list[Posting
                 )
         except KuittiError as exc:
             outcomes[current[i]].error = exc
+            session.info[_STORED] = stored_before  # its savepoint was rolled back
     return outcomes
 
 
@@ -376,4 +393,5 @@ def _store_together(
     if records:
         session.execute(insert(table(IdempotencyRecord)), records)
     insert_card_payments(session, payments)
+    _count_stored(session, len(receipts))
     return answers
