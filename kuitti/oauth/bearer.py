@@ -46,23 +46,24 @@ def _partner_of_key(session: Session, app_key: str | None) -> KeyHolder:
 
 def app_connection(
     session: Session, settings: Settings, app_key: str | None, token: str, *, now: datetime
-) -> Connection:
-    """The connection of ``token``, which must have been issued to the partner of ``app_key``."""
+) -> tuple[KeyHolder, Connection]:
+    """The partner of ``app_key`` and the connection of ``token``, which must have been issued
+    to that partner."""
     partner = _partner_of_key(session, app_key)
     connection = verify_access_token(session, settings, token, now=now)
     if connection.partner_id != partner.id:
         raise Unauthorized("This user token was issued to another partner than the API key's.")
-    return connection
+    return partner, connection
 
 
 def reading_connection(
     session: Session, settings: Settings, app_key: str | None, token: str, *, now: datetime
-) -> Connection:
+) -> tuple[KeyHolder, Connection]:
     """``app_connection`` that may read the user's receipts (needs ``receipt:read``)."""
-    connection = app_connection(session, settings, app_key, token, now=now)
+    partner, connection = app_connection(session, settings, app_key, token, now=now)
     if Scope.RECEIPT_READ.value not in connection.scopes:
         raise InsufficientScope("The user's token does not have the receipt:read scope.")
-    return connection
+    return partner, connection
 
 
 def optional_connection(
@@ -95,7 +96,7 @@ def _app_connection(
     token = bearer_token(authorization)
     if token is None:
         raise InvalidToken("Send the user's token as 'Authorization: Bearer <token>'.")
-    connection = app_connection(session, services.settings, app_key, token, now=now)
+    _, connection = app_connection(session, services.settings, app_key, token, now=now)
     release_connection(session, connection)
     return connection
 

@@ -19,7 +19,6 @@ from starlette.datastructures import Headers
 from kuitti.deps import get_services
 from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, NotFound, Unauthorized
 from kuitti.i18n import as_language, negotiate_locale
-from kuitti.models import Partner
 from kuitti.oauth.bearer import reading_connection
 from kuitti.partners.auth import service_api_key
 from kuitti.partners.keys import key_digest, key_holder
@@ -46,10 +45,8 @@ def _bearer_reader(
         raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")
     token = authorization[7:].strip()
     now = services.clock.now()
-    connection = reading_connection(session, services.settings, app_key, token, now=now)
-    app = session.get(Partner, connection.partner_id)
-    sandbox = app is not None and app.sandbox
-    return Reader(partner_id=connection.partner_id, user_id=connection.user_id, sandbox=sandbox)
+    app, connection = reading_connection(session, services.settings, app_key, token, now=now)
+    return Reader(partner_id=app.id, user_id=connection.user_id, sandbox=app.sandbox)
 
 
 def _is_bearer(authorization: str | None) -> TypeGuard[str]:

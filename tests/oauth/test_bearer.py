@@ -20,9 +20,10 @@ from tests.oauth.flow import connect, make_app
 
 def read_as(services: Services, app_key: str, token: str) -> Connection:
     with services.db.session(write=False) as session:
-        return reading_connection(
+        _, connection = reading_connection(
             session, services.settings, app_key, token, now=services.clock.now()
         )
+        return connection
 
 
 class TestVerifyAccessToken:
