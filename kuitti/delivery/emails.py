@@ -1,28 +1,45 @@
 """The receipt e-mail of an EMAIL token: a text and an HTML part with the receipt link, and the
-receipt's PDF attached at send time (``MailMessage.receipt_pdf_id``).
+receipt's PDF attached.
+
+Ingest only queues the message (``mail.enqueue_receipt_mail``: the receipt, the address, the
+link); it is rendered here when the mail worker sends it, from the stored receipt, so a post
+renders nothing and a crash between commit and send loses nothing.
 
 The language follows the merchant's country (Finnish for FI, Swedish for SE and AX, otherwise
-English; ``attachments.mail_language``, which the attached PDF follows too): an e-mail has no
-``Accept-Language`` to go by, and the link page itself lets the reader switch.
+English), message and PDF alike: an e-mail has no ``Accept-Language`` to go by, and the link
+page itself lets the reader switch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from sqlalchemy.orm import Session
 
-from kuitti.config import Settings
-from kuitti.delivery.attachments import mail_language
-from kuitti.delivery.mail import enqueue_mail
-from kuitti.models import MailMessage, Receipt
+from kuitti.i18n import Language
+from kuitti.models import Receipt
 from kuitti.paths import TEMPLATES_DIR
+from kuitti.receipts.formats.rendering import render_service_pdf
 from kuitti.receipts.schema import Receipt as ReceiptDocument
-from kuitti.receipts.view import build_view
+from kuitti.receipts.view import build_view, parse_document
 
 MAX_ROWS_IN_MAIL = 30
+
+_COUNTRY_LANGUAGE = {
+    "fi": Language.FI,
+    "fin": Language.FI,
+    "finland": Language.FI,
+    "suomi": Language.FI,
+    "se": Language.SV,
+    "swe": Language.SV,
+    "sweden": Language.SV,
+    "sverige": Language.SV,
+    "ruotsi": Language.SV,
+    "ax": Language.SV,  # Åland is Swedish-speaking
+    "ala": Language.SV,
+    "åland": Language.SV,
+}
 
 _env = Environment(
     loader=FileSystemLoader(TEMPLATES_DIR),
@@ -82,17 +99,30 @@ class MailRow:
     amount: str
 
 
-def enqueue_receipt_email(
-    session: Session,
-    settings: Settings,
-    receipt: Receipt,
-    document: ReceiptDocument,
-    *,
-    to: str,
-    link: str,
-    now: datetime,
-) -> MailMessage:
-    """Queue the receipt e-mail in the caller's transaction; the worker sends it."""
+@dataclass(frozen=True)
+class MailContent:
+    """What a message says: its subject, its parts and the files attached (name, bytes)."""
+
+    subject: str
+    text_body: str
+    html_body: str | None = None
+    attachments: tuple[tuple[str, bytes], ...] = ()
+
+
+def language_for_country(country: str | None) -> Language:
+    return _COUNTRY_LANGUAGE.get((country or "").strip().casefold(), Language.EN)
+
+
+def mail_language(document: ReceiptDocument) -> Language:
+    """The language a receipt is e-mailed in, message and PDF alike: from the merchant's
+    country."""
+    branch = document.merchant.branch
+    return language_for_country(branch.address.country if branch else None)
+
+
+def receipt_email(session: Session, receipt: Receipt, *, link: str) -> MailContent:
+    """The receipt e-mail of ``receipt``, carrying ``link``, its PDF attached."""
+    document = parse_document(receipt.document)
     locale = mail_language(document).value
     texts = _TEXTS[locale]
     merchant = document.merchant.name
@@ -119,13 +149,10 @@ def enqueue_receipt_email(
     subject = " ".join(texts["subject"].format(merchant=merchant).split())[:400]
     if receipt.sandbox:
         subject = f"[TEST] {subject}"
-    return enqueue_mail(
-        session,
-        to=to,
+    pdf = render_service_pdf(session, receipt, locale=locale)
+    return MailContent(
         subject=subject,
         text_body=_env.get_template("email/receipt.txt").render(context),
         html_body=_env.get_template("email/receipt.html").render(context),
-        receipt_pdf_id=receipt.id,
-        sandbox=receipt.sandbox,
-        now=now,
+        attachments=((pdf.filename, pdf.content),),
     )

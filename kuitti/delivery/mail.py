@@ -1,6 +1,8 @@
-"""E-mail through the outbox: ``enqueue_mail`` writes a row in the caller's transaction;
-``send_due_mail`` (run by the delivery worker, or called directly) sends what is due over SMTP
-(``KUITTI_SMTP_URL``), or writes ``.eml`` files under ``var/mail/`` when no SMTP server is set.
+"""E-mail through the outbox: ``enqueue_mail`` (a message written whole) and
+``enqueue_receipt_mail`` (a receipt e-mail, rendered when sent) write a row in the caller's
+transaction; ``send_due_mail`` (run by the delivery worker, or called directly) sends what is due
+over SMTP (``KUITTI_SMTP_URL``), or writes ``.eml`` files under ``var/mail/`` when no SMTP
+server is set.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from sqlalchemy.orm import Session
 
 from kuitti import outbox
 from kuitti.config import Settings
-from kuitti.delivery.attachments import attachments_for
+from kuitti.delivery.emails import MailContent, receipt_email
 from kuitti.logs import log
 from kuitti.metrics import MAIL_MESSAGES
-from kuitti.models import MailMessage
+from kuitti.models import MailMessage, Receipt
 from kuitti.models.outbox import MailStatus
 from kuitti.outbox import Lease
 from kuitti.services import Services
@@ -38,44 +40,60 @@ def enqueue_mail(
     subject: str,
     text_body: str,
     html_body: str | None = None,
-    receipt_pdf_id: uuid.UUID | None = None,
-    sandbox: bool = False,
     now: datetime,
 ) -> MailMessage:
-    """Queue one e-mail in the caller's transaction. ``sandbox``: a test partner's, written as an
-    ``.eml`` file however ``KUITTI_SMTP_URL`` is set."""
+    """Queue one e-mail, written whole, in the caller's transaction."""
+    return _enqueue(session, to, now, subject=subject, text_body=text_body, html_body=html_body)
+
+
+def enqueue_receipt_mail(
+    session: Session, *, to: str, receipt_id: uuid.UUID, link: str, sandbox: bool, now: datetime
+) -> MailMessage:
+    """Queue the receipt e-mail of ``receipt_id`` carrying ``link``; the sender renders it.
+    ``sandbox``: a test partner's receipt, written as an ``.eml`` file however
+    ``KUITTI_SMTP_URL`` is set."""
+    return _enqueue(session, to, now, receipt_id=receipt_id, receipt_link=link, sandbox=sandbox)
+
+
+def _enqueue(session: Session, to: str, now: datetime, **what: object) -> MailMessage:
     message = MailMessage(
         id=uuid.uuid4(),
         to_address=to,
-        subject=subject,
-        text_body=text_body,
-        html_body=html_body,
-        receipt_pdf_id=receipt_pdf_id,
-        sandbox=sandbox,
         status=MailStatus.PENDING,
         attempt_count=0,
         next_attempt_at=now,
         created_at=now,
+        **what,
     )
     session.add(message)
     return message
 
 
-def build_message(
-    settings: Settings, row: MailMessage, attachments: list[tuple[str, bytes]]
-) -> EmailMessage:
+def content_of(session: Session, row: MailMessage) -> MailContent:
+    """What ``row`` says: as written, or the receipt e-mail rendered now."""
+    if row.receipt_id is None:
+        assert row.subject is not None
+        assert row.text_body is not None
+        return MailContent(row.subject, row.text_body, row.html_body)
+    receipt = session.get(Receipt, row.receipt_id)
+    assert receipt is not None  # a receipt outlives its mail
+    assert row.receipt_link is not None
+    return receipt_email(session, receipt, link=row.receipt_link)
+
+
+def build_message(settings: Settings, row: MailMessage, content: MailContent) -> EmailMessage:
     message = EmailMessage()
     message["From"] = settings.mail_from
     message["To"] = row.to_address
-    message["Subject"] = row.subject
+    message["Subject"] = content.subject
     message["Date"] = format_datetime(row.created_at)
     message["Message-ID"] = make_msgid(idstring=row.id.hex, domain="kuitti.invalid")
-    message.set_content(row.text_body)
-    if row.html_body:
-        message.add_alternative(row.html_body, subtype="html")
-    for filename, content in attachments:
+    message.set_content(content.text_body)
+    if content.html_body:
+        message.add_alternative(content.html_body, subtype="html")
+    for filename, data in content.attachments:
         maintype, _, subtype = _media_type(filename).partition("/")
-        message.add_attachment(content, maintype=maintype, subtype=subtype, filename=filename)
+        message.add_attachment(data, maintype=maintype, subtype=subtype, filename=filename)
     return message
 
 
@@ -157,13 +175,13 @@ def _send_one(
         assert row is not None
         session.expunge(row)
         try:
-            files = attachments_for(services, session, row)
+            content = content_of(session, row)
         except Exception as exc:  # a rendering bug must not stop the worker; retried later
-            log.exception("mail attachment failed", message_id=str(message_id))
-            files, error = [], f"attachment: {type(exc).__name__}: {exc}"[:1000]
+            log.exception("mail rendering failed", message_id=str(message_id))
+            error = f"rendering: {type(exc).__name__}: {exc}"[:1000]
     if error is None:
         try:
-            transmit(settings, build_message(settings, row, files), row.id, to_file=row.sandbox)
+            transmit(settings, build_message(settings, row, content), row.id, to_file=row.sandbox)
         except (OSError, smtplib.SMTPException) as exc:
             error = f"{type(exc).__name__}: {exc}"[:1000]
     now = services.clock.now()

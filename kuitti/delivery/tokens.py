@@ -32,12 +32,11 @@ from sqlalchemy.orm import Session
 from kuitti.cards.service import card_for_token
 from kuitti.config import Settings
 from kuitti.delivery import links, qr
-from kuitti.delivery.emails import enqueue_receipt_email
+from kuitti.delivery.mail import enqueue_receipt_mail
 from kuitti.delivery.service import deliver_to_user, grant_via_card
 from kuitti.metrics import RECEIPT_TOKENS
-from kuitti.models import Partner, Receipt
+from kuitti.models import Receipt
 from kuitti.oauth.tokens import connection_for_user_token
-from kuitti.receipts.schema import Receipt as ReceiptDocument
 from kuitti.receipts.validation import Token, TokenType
 from kuitti.users.service import user_by_email
 
@@ -67,15 +66,13 @@ def receipt_link(settings: Settings, receipt_id: uuid.UUID, tokens: list[Token])
 def deliver_tokens(
     session: Session,
     settings: Settings,
-    partner: Partner,
     receipt: Receipt,
-    document: ReceiptDocument,
     tokens: list[Token],
     *,
     now: datetime,
 ) -> list[TokenStatus]:
     """Deliver the receipt through each token, in order; report one status per token."""
-    delivery = _Delivery(session, settings, receipt, document, tokens, now)
+    delivery = _Delivery(session, settings, receipt, tokens, now)
     statuses = [TokenStatus(token.type, delivery.deliver(token)) for token in tokens]
     for item in statuses:
         RECEIPT_TOKENS.labels(item.type.value, item.status.value).inc()
@@ -90,14 +87,12 @@ class _Delivery:
         session: Session,
         settings: Settings,
         receipt: Receipt,
-        document: ReceiptDocument,
         tokens: list[Token],
         now: datetime,
     ) -> None:
         self.session = session
         self.settings = settings
         self.receipt = receipt
-        self.document = document
         self.tokens = tokens
         self.now = now
         self.mailed: set[str] = set()
@@ -172,12 +167,11 @@ class _Delivery:
         key = address.lower()
         if key not in self.mailed:
             self.mailed.add(key)
-            enqueue_receipt_email(
+            enqueue_receipt_mail(
                 self.session,
-                self.settings,
-                self.receipt,
-                self.document,
                 to=address,
+                receipt_id=self.receipt.id,
                 link=receipt_link(self.settings, self.receipt.id, self.tokens),
+                sandbox=self.receipt.sandbox,
                 now=self.now,
             )

@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
-from sqlalchemy import ForeignKey, Index, String, Text
+from sqlalchemy import CheckConstraint, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from kuitti.db import Base
@@ -79,17 +79,29 @@ class WebhookAttempt(Base):
 
 
 class MailMessage(OutboxRow, Base):
-    """An e-mail waiting to be sent; ``status`` is a ``MailStatus``. ``receipt_pdf_id`` asks the
-    sender to attach that receipt's PDF (rendered at send time, not in the request)."""
+    """An e-mail waiting to be sent; ``status`` is a ``MailStatus``.
+
+    Two kinds: a message written whole when it is queued (``subject`` and ``text_body``: the
+    account e-mails), and a receipt e-mail (``receipt_id`` and ``receipt_link``), which the sender
+    renders from the stored receipt when it sends, PDF attached, so the request that queued it
+    renders nothing."""
 
     __tablename__ = "mail_messages"
-    __table_args__ = (Index("ix_mail_messages_due", "status", "next_attempt_at"),)
+    __table_args__ = (
+        Index("ix_mail_messages_due", "status", "next_attempt_at"),
+        CheckConstraint(
+            "(receipt_id IS NOT NULL AND receipt_link IS NOT NULL)"
+            " OR (subject IS NOT NULL AND text_body IS NOT NULL)",
+            name="written_or_rendered",
+        ),
+    )
 
     to_address: Mapped[str] = mapped_column(String(320))
-    subject: Mapped[str] = mapped_column(String(500))
-    text_body: Mapped[str] = mapped_column(Text)
+    subject: Mapped[str | None] = mapped_column(String(500))
+    text_body: Mapped[str | None] = mapped_column(Text)
     html_body: Mapped[str | None] = mapped_column(Text)
-    receipt_pdf_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("receipts.id"))
+    receipt_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("receipts.id"))
+    receipt_link: Mapped[str | None] = mapped_column(Text)
     # A sandbox receipt's e-mail: always written as an .eml file, never handed to SMTP.
     sandbox: Mapped[bool] = mapped_column(default=False)
     last_error: Mapped[str | None] = mapped_column(String(1000))

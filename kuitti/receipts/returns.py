@@ -57,12 +57,10 @@ def link_return(
     document: ReceiptDocument,
     *,
     now: datetime,
-) -> OriginalOutcome | None:
-    """Link a receipt being ingested to the original it names, and give it to everyone the
-    original reached. None when it names none. Runs in ingest's unit of work, before the
-    receipt's own tokens are delivered (so their notifications carry the relation too)."""
-    if not document.names_original:
-        return None
+) -> OriginalOutcome:
+    """Link a return being ingested (``document.names_original``) to the original it names, and
+    give it to everyone the original reached. Runs in ingest's unit of work, before the receipt's
+    own tokens are delivered (so their notifications carry the relation too)."""
     candidates = _candidates(session, partner, receipt.id, document)
     if len(candidates) != 1:
         status = OriginalStatus.AMBIGUOUS if candidates else OriginalStatus.NOT_FOUND

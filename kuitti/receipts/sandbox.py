@@ -59,7 +59,7 @@ def purge_batch(
         (ReceiptLink, ReceiptLink.receipt_id),
         (ReceiptGrant, ReceiptGrant.receipt_id),
         (ReceiptDelivery, ReceiptDelivery.receipt_id),
-        (MailMessage, MailMessage.receipt_pdf_id),
+        (MailMessage, MailMessage.receipt_id),
         (Receipt, Receipt.id),
     ):
         session.execute(delete(table).where(column.in_(ids)))

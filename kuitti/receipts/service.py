@@ -202,8 +202,10 @@ def _store(
                 namespace=plan.token.namespace, identifier=plan.token.value, receipt_id=receipt.id
             )
         )
-    original = returns.link_return(session, partner, receipt, doc, now=now)
-    statuses = deliver_tokens(session, settings, partner, receipt, doc, request.tokens, now=now)
+    original = (
+        returns.link_return(session, partner, receipt, doc, now=now) if doc.names_original else None
+    )
+    statuses = deliver_tokens(session, settings, receipt, request.tokens, now=now)
     receipt.token_statuses = [{"type": t.type.value, "status": t.status} for t in statuses]
     record_card_payments(session, receipt, doc, now=now)
     _count_stored(session, 1)

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-23 18:58:11.932123
+Create Date: 2026-11-24 00:22:02.185645
 """
 
 from collections.abc import Sequence
@@ -356,10 +356,11 @@ def upgrade() -> None:
         "mail_messages",
         sa.Column("id", sa.Uuid(), nullable=False),
         sa.Column("to_address", sa.String(length=320), nullable=False),
-        sa.Column("subject", sa.String(length=500), nullable=False),
-        sa.Column("text_body", sa.Text(), nullable=False),
+        sa.Column("subject", sa.String(length=500), nullable=True),
+        sa.Column("text_body", sa.Text(), nullable=True),
         sa.Column("html_body", sa.Text(), nullable=True),
-        sa.Column("receipt_pdf_id", sa.Uuid(), nullable=True),
+        sa.Column("receipt_id", sa.Uuid(), nullable=True),
+        sa.Column("receipt_link", sa.Text(), nullable=True),
         sa.Column("sandbox", sa.Boolean(), nullable=False),
         sa.Column("last_error", sa.String(length=1000), nullable=True),
         sa.Column("sent_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
@@ -369,10 +370,12 @@ def upgrade() -> None:
         sa.Column("lease_expires_at", kuitti.db.UTCDateTime(timezone=True), nullable=True),
         sa.Column("lease_token", sa.String(length=32), nullable=True),
         sa.Column("created_at", kuitti.db.UTCDateTime(timezone=True), nullable=False),
+        sa.CheckConstraint(
+            "(receipt_id IS NOT NULL AND receipt_link IS NOT NULL) OR (subject IS NOT NULL AND text_body IS NOT NULL)",
+            name=op.f("ck_mail_messages_written_or_rendered"),
+        ),
         sa.ForeignKeyConstraint(
-            ["receipt_pdf_id"],
-            ["receipts.id"],
-            name=op.f("fk_mail_messages_receipt_pdf_id_receipts"),
+            ["receipt_id"], ["receipts.id"], name=op.f("fk_mail_messages_receipt_id_receipts")
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_mail_messages")),
     )

@@ -1,4 +1,5 @@
-"""The receipt PDF attached to an e-mail, sent through the real mail outbox (.eml fall-back)."""
+"""The receipt e-mail, rendered by the mail sender from the stored receipt, its PDF attached; sent
+through the real mail outbox (.eml fall-back)."""
 
 from __future__ import annotations
 
@@ -9,29 +10,34 @@ import uuid
 
 import httpx
 from pypdf import PdfReader
+from sqlalchemy import update
 
-from kuitti.delivery.attachments import attachments_for
-from kuitti.delivery.mail import enqueue_mail, send_due_mail
-from kuitti.models import MailMessage
+from kuitti.delivery.mail import content_of, enqueue_mail, enqueue_receipt_mail, send_due_mail
+from kuitti.models import MailMessage, Receipt
+from kuitti.models.outbox import MailStatus
 from kuitti.services import Services
 from tests.factories import receipt_doc
 from tests.receipts.formats.support import post, poster
+
+
+def queue_receipt_mail(services: Services, receipt_id: str) -> uuid.UUID:
+    with services.db.session() as session:
+        message = enqueue_receipt_mail(
+            session,
+            to="maija@example.com",
+            receipt_id=uuid.UUID(receipt_id),
+            link="https://kuitti.example/r/abc",
+            sandbox=False,
+            now=services.clock.now(),
+        )
+        return message.id
 
 
 class TestReceiptPdfAttachment:
     def test_mail_carries_the_receipt_pdf(self, client: httpx.Client, services: Services) -> None:
         who = poster(services)
         receipt_id = post(client, who, receipt_doc(receiptNumber="R/77"))
-        with services.db.session() as session:
-            message = enqueue_mail(
-                session,
-                to="maija@example.com",
-                subject="Kuitti",
-                text_body="Kuittisi",
-                receipt_pdf_id=uuid.UUID(receipt_id),
-                now=services.clock.now(),
-            )
-            message_id = message.id
+        message_id = queue_receipt_mail(services, receipt_id)
         assert services.settings.smtp_url is None
         assert send_due_mail(services) >= 1
         raw = (services.settings.mail_dir / f"{message_id}.eml").read_bytes()
@@ -45,12 +51,30 @@ class TestReceiptPdfAttachment:
         assert "Kuittinumero R/77" in text
         assert "Kauppa Oy" in text
 
-    def test_mail_without_receipt_has_no_attachment(self, services: Services) -> None:
-
+    def test_a_message_written_whole_has_no_attachment(self, services: Services) -> None:
         with services.db.session() as session:
             message = enqueue_mail(
                 session, to="a@example.com", subject="s", text_body="t", now=services.clock.now()
             )
             row = session.get(MailMessage, message.id)
             assert row is not None
-            assert attachments_for(services, session, row) == []
+            content = content_of(session, row)
+        assert (content.subject, content.text_body, content.attachments) == ("s", "t", ())
+
+    def test_a_receipt_that_fails_to_render_is_retried_not_lost(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        receipt_id = post(client, poster(services), receipt_doc())
+        message_id = queue_receipt_mail(services, receipt_id)
+        with services.db.session() as session:  # a stored document the renderer cannot read
+            session.execute(
+                update(Receipt).where(Receipt.id == uuid.UUID(receipt_id)).values(document="{}")
+            )
+        assert send_due_mail(services) == 0
+        with services.db.session(write=False) as session:
+            row = session.get(MailMessage, message_id)
+            assert row is not None
+            assert (row.status, row.attempt_count) == (MailStatus.PENDING, 1)
+            assert row.last_error is not None
+            assert row.last_error.startswith("rendering: ValidationError")
+        assert not (services.settings.mail_dir / f"{message_id}.eml").exists()
