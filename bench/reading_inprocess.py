@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio.to_thread
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -32,6 +34,7 @@ from ingest import realistic_receipt  # noqa: E402  (bench/ingest.py)
 from ingest_inprocess import Message, app_logging_to_nowhere, post, setup  # noqa: E402
 
 from kuitti.app import tune_garbage_collector  # noqa: E402
+from kuitti.config import Settings  # noqa: E402
 
 
 async def get(app: object, path: str, api_key: str) -> tuple[int, bytes]:
@@ -63,8 +66,11 @@ async def get(app: object, path: str, api_key: str) -> tuple[int, bytes]:
 
 
 async def run(
-    app: object, paths: Callable[[int], str], api_key: str, count: int, clients: int
+    app: object, paths: Callable[[int], str], api_key: str, count: int, clients: int, threads: int
 ) -> None:
+    # As the lifespan does in a served process (``KUITTI_THREADS``): the limiter belongs to the
+    # event loop, and anyio's default of 40 threads fighting for the GIL costs double the CPU.
+    anyio.to_thread.current_default_thread_limiter().total_tokens = threads
     numbers = iter(range(count))
 
     async def client() -> None:
@@ -84,6 +90,9 @@ def main() -> None:
         "--log-level", default="INFO", help="INFO, as served: each request writes its access line"
     )
     parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument(
+        "--threads", type=int, default=Settings().threads, help="KUITTI_THREADS, as served"
+    )
     args = parser.parse_args()
     rng = random.Random(20260115)
     with tempfile.TemporaryDirectory() as tmp, setup(args.database, Path(tmp)) as api_key:
@@ -107,16 +116,16 @@ def main() -> None:
         }
         print(
             f"{args.database}: {args.receipts} receipts, {args.requests} requests per route, "
-            f"{args.clients} clients; load average {os.getloadavg()[0]:.2f}"
+            f"{args.clients} clients, {args.threads} threads; load average {os.getloadavg()[0]:.2f}"
         )
         # The floor's reference in the same run: Starlette's /healthz (bench/bare_app.py).
         apps = {"healthz (Starlette)": parse_only, **dict.fromkeys(routes, app)}
         paths_of = {"healthz (Starlette)": routes["healthz"], **routes}
         floor = 0.0
         for name, paths in paths_of.items():
-            asyncio.run(run(apps[name], paths, api_key, 200, args.clients))  # warm-up
+            asyncio.run(run(apps[name], paths, api_key, 200, args.clients, args.threads))  # warm-up
             started, cpu = time.perf_counter(), time.process_time()
-            asyncio.run(run(apps[name], paths, api_key, args.requests, args.clients))
+            asyncio.run(run(apps[name], paths, api_key, args.requests, args.clients, args.threads))
             wall = time.perf_counter() - started
             per_request = 1000 * (time.process_time() - cpu) / args.requests
             floor = floor or per_request

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -177,7 +178,9 @@ class StatementCounter:
     """The SQL statements sent on the test database's engine while ``counting()`` is open.
 
     The live server runs in a thread of this process on the same ``Database``, so its requests'
-    statements are counted too: count around an HTTP call to see what the call costs."""
+    statements are counted too: count around an HTTP call to see what the call costs. The
+    statements ``Database.read_rows`` runs on the driver are counted as well (the real method
+    still runs)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -189,11 +192,19 @@ class StatementCounter:
         def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
             statements.append(statement)
 
+        read_rows = self.db.read_rows
+
+        def counted_read_rows(statement: Any, params: Any) -> list[tuple[Any, ...]]:
+            statements.append(str(statement))
+            return read_rows(statement, params)
+
         event.listen(self.db.engine, "before_cursor_execute", count)
+        self.db.read_rows = counted_read_rows  # type: ignore[method-assign]
         try:
             yield statements
         finally:
             event.remove(self.db.engine, "before_cursor_execute", count)
+            del self.db.read_rows
 
 
 @pytest.fixture

@@ -1,13 +1,18 @@
-"""The connection pool: a connection that went away while idle is replaced before it is used."""
+"""The connection pool (a connection that went away while idle is replaced before it is used)
+and the driver path of the hottest reads (``Database.read_rows``)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import psycopg
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import bindparam, select, text
 
 from kuitti.db import Database
 from kuitti.models import Partner
 from kuitti.services import Services
+from tests.factories import make_partner
 
 
 @pytest.mark.postgres_only
@@ -22,5 +27,60 @@ def test_a_connection_ended_while_idle_is_replaced(services: Services) -> None:
         with db.session(write=False) as session:
             assert session.scalar(text("SELECT pg_backend_pid()")) != backend
             session.execute(select(Partner.id).limit(1)).all()
+    finally:
+        db.dispose()
+
+
+def test_read_rows_gives_the_values_a_session_gives(services: Services) -> None:
+    """The driver path converts each column by its type exactly as SQLAlchemy does: UUIDs,
+    aware UTC datetimes, booleans, JSON, and NULLs, with parameters converted the same way."""
+    disabled = make_partner(services, name="Pois Oy").partner
+    make_partner(services, name="Auki Oy", iban="FI2112345600000785")
+    with services.db.session() as session:
+        row = session.get(Partner, disabled.id)
+        assert row is not None
+        row.disabled_at = services.clock.now()
+    statement = (
+        select(
+            Partner.id, Partner.name, Partner.roles, Partner.sandbox, Partner.iban,
+            Partner.created_at, Partner.disabled_at,
+        )
+        .where(Partner.created_at <= bindparam("until"), Partner.name != "Nobody")
+        .order_by(Partner.name)
+    )  # fmt: skip
+    params = {"until": services.clock.now()}
+    with services.db.session(write=False) as session:
+        expected = [tuple(row) for row in session.execute(statement, params)]
+    assert len(expected) == 2
+    got = services.db.read_rows(statement, params)
+    assert got == expected
+    # Equal is not enough (0 == False): the same types, too.
+    assert [[type(value) for value in row] for row in got] == [
+        [type(value) for value in row] for row in expected
+    ]
+    assert services.db.read_rows(statement, {"until": datetime(2000, 1, 1, tzinfo=UTC)}) == []
+
+
+def test_read_rows_refuses_an_expanding_parameter(services: Services) -> None:
+    statement = select(Partner.id).where(Partner.name.in_(bindparam("names", expanding=True)))
+    with pytest.raises(ValueError, match="expanding"):
+        services.db.read_rows(statement, {"names": ["a"]})
+
+
+@pytest.mark.postgres_only
+def test_read_rows_leaves_no_transaction_open(services: Services) -> None:
+    """Autocommit for the read, then the connection goes back to the pool as sessions expect
+    it: not in autocommit, and idle (no transaction left open for a session to inherit)."""
+    db = Database(services.db.url, pool_size=1)
+    try:
+        assert db.read_rows(select(Partner.id).limit(1), {}) is not None
+        connection = db.engine.raw_connection()  # the pool's one connection
+        try:
+            driver = connection.driver_connection
+            assert isinstance(driver, psycopg.Connection)
+            assert driver.autocommit is False
+            assert driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        finally:
+            connection.close()
     finally:
         db.dispose()

@@ -20,13 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     Boolean,
     ColumnElement,
     Integer,
-    Row,
     Select,
     and_,
     bindparam,
@@ -34,8 +33,9 @@ from sqlalchemy import (
     or_,
     select,
 )
-from sqlalchemy.orm import Session, aliased, defer, lazyload
+from sqlalchemy.orm import Session, aliased
 
+from kuitti.db import Database
 from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, Unauthorized
 from kuitti.models import Card, Connection, Partner, Receipt, ReceiptDelivery, ReceiptGrant
 from kuitti.models.receipts import GrantReason
@@ -96,16 +96,57 @@ def _partner_may_read(partner_id: ColumnElement[Any]) -> ColumnElement[bool]:
     )
 
 
-# Built once: the single read is the hottest reading path, and a prebuilt statement skips
-# rebuilding and re-keying the expression for SQLAlchemy's statement cache on every request.
+# Built once: a prebuilt statement skips rebuilding and re-keying the expression for
+# SQLAlchemy's statement cache on every request.
 _MAY_READ = {kind: select(_may_read(kind)) for kind in ("partner", "user")}
-# The receipt, its poster and the rights check in one statement (one round trip).
+# The columns a read needs before it renders: the receipt's ETag depends on them alone
+# (``kuitti.receipts.formats.rendering.etag``), and the document itself is loaded only when
+# the rendering is not cached.
+_READ_COLUMNS = (
+    Receipt.id,
+    Receipt.sandbox,
+    Receipt.document_hash,
+    Receipt.original_receipt_id,
+    Receipt.return_count,
+    Partner.id,
+    Partner.iban,
+    Partner.bic,
+)
+
+
+@dataclass(frozen=True)
+class Poster:
+    """The partner that posted a receipt, as far as a rendering depends on it."""
+
+    id: uuid.UUID
+    iban: str | None
+    bic: str | None
+
+
+@dataclass(frozen=True)
+class ReadableReceipt:
+    """A receipt its reader may see, as far as its ETag depends on it."""
+
+    id: uuid.UUID
+    sandbox: bool
+    document_hash: str
+    original_receipt_id: uuid.UUID | None
+    return_count: int
+    poster: Poster
+
+    @classmethod
+    def of(cls, columns: Sequence[Any]) -> ReadableReceipt:
+        """From the values of ``_READ_COLUMNS``, in order."""
+        receipt_id, sandbox, document_hash, original, returns, *poster = columns
+        return cls(receipt_id, sandbox, document_hash, original, returns, Poster(*poster))
+
+
+# Built once, run on the driver (``Database.read_rows``): the single read is the hottest
+# reading path. The receipt, its poster and the rights check in one statement.
 _READABLE = {
-    kind: select(Receipt, Partner)
+    kind: select(*_READ_COLUMNS)
     .join(Partner, Partner.id == Receipt.partner_id)
     .where(Receipt.id == bindparam("receipt_id"), _may_read(kind))
-    # The poster's namespaces are not needed to render (they would cost a second query).
-    .options(lazyload(Partner.namespaces))
     for kind in ("partner", "user")
 }
 
@@ -115,7 +156,7 @@ _READABLE = {
 # still finds its partner: 404, not 401) the receipt, its poster and the right to read it.
 _KEY_PARTNER = aliased(Partner, name="key_partner")
 _READABLE_WITH_KEY = (
-    select(_KEY_PARTNER.sandbox, Receipt, Partner)
+    select(_KEY_PARTNER.sandbox, *_READ_COLUMNS)
     .select_from(_KEY_PARTNER)
     .outerjoin(
         Receipt,
@@ -123,8 +164,11 @@ _READABLE_WITH_KEY = (
     )
     .outerjoin(Partner, Partner.id == Receipt.partner_id)
     .where(_KEY_PARTNER.api_key_hash == bindparam("digest"), _KEY_PARTNER.disabled_at.is_(None))
-    # Not needed to answer (``token_statuses`` is parsed JSON; namespaces a second query).
-    .options(defer(Receipt.token_statuses), lazyload(Partner.namespaces))
+)
+
+# The list's key check: the enabled partner of a key digest.
+_KEY_READER = select(Partner.id, Partner.sandbox).where(
+    Partner.api_key_hash == bindparam("digest"), Partner.disabled_at.is_(None)
 )
 
 
@@ -139,30 +183,34 @@ def may_read(session: Session, reader: Reader, receipt_id: uuid.UUID) -> bool:
     return bool(session.scalar(_MAY_READ[kind], params))
 
 
-def readable_receipt(
-    session: Session, reader: Reader, receipt_id: uuid.UUID
-) -> tuple[Receipt, Partner]:
-    """The receipt and the partner that posted it, if this reader may see the receipt;
-    otherwise 404 exactly as if it did not exist."""
+def readable_receipt(db: Database, reader: Reader, receipt_id: uuid.UUID) -> ReadableReceipt:
+    """The receipt, if this reader may see it; otherwise 404 exactly as if it did not exist."""
     kind, params = _params(reader, receipt_id)
-    row = session.execute(_READABLE[kind], params).first()
-    if row is None or row[0].sandbox is not reader.sandbox:
+    rows = db.read_rows(_READABLE[kind], params)
+    if not rows or rows[0][1] is not reader.sandbox:
         raise NotFound()
-    return row[0], row[1]
+    return ReadableReceipt.of(rows[0])
 
 
-def readable_receipt_by_key(
-    session: Session, digest: str, receipt_id: uuid.UUID
-) -> tuple[Receipt, Partner]:
+def readable_receipt_by_key(db: Database, digest: str, receipt_id: uuid.UUID) -> ReadableReceipt:
     """``readable_receipt`` for the partner of a key digest, the key checked in the same
     statement: 401 for a key no enabled partner holds, then 404 as ``readable_receipt``."""
-    row = session.execute(_READABLE_WITH_KEY, {"digest": digest, "receipt_id": receipt_id}).first()
-    if row is None:
+    rows = db.read_rows(_READABLE_WITH_KEY, {"digest": digest, "receipt_id": receipt_id})
+    if not rows:
         raise Unauthorized(INVALID_KEY)
-    sandbox, receipt, poster = row
-    if receipt is None or receipt.sandbox is not sandbox:
+    sandbox, *columns = rows[0]
+    if columns[0] is None or columns[1] is not sandbox:
         raise NotFound()
-    return receipt, poster
+    return ReadableReceipt.of(columns)
+
+
+def key_reader(db: Database, digest: str) -> Reader:
+    """The partner of a key digest as a reader; 401 when no enabled partner holds it."""
+    rows = db.read_rows(_KEY_READER, {"digest": digest})
+    if not rows:
+        raise Unauthorized(INVALID_KEY)
+    partner_id, sandbox = rows[0]
+    return Reader(partner_id=partner_id, sandbox=sandbox)
 
 
 @cache
@@ -214,7 +262,7 @@ def _page_query(kind: str, since: bool, after: bool) -> Select[Any]:
 
 
 def list_receipts(
-    session: Session,
+    db: Database,
     reader: Reader,
     *,
     since: datetime | None,
@@ -231,10 +279,9 @@ def list_receipts(
         kind, params["owner"] = "partner", reader.partner_id
     if cursor is not None:
         params["after_time"], params["after_id"] = decode_cursor(cursor)
-    query = _page_query(kind, since is not None, cursor is not None)
-    rows = session.execute(query, params).all()
-    page = rows[:limit]
-    relations = _readable_relations(session, reader, page)
+    rows = db.read_rows(_page_query(kind, since is not None, cursor is not None), params)
+    page = [_ListedRow(*row) for row in rows[:limit]]
+    relations = _readable_relations(db, reader, page)
     items = [
         {
             "receipt_id": str(row.id),
@@ -254,14 +301,39 @@ def list_receipts(
     return {"receipts": items, "next_cursor": next_cursor}
 
 
+class _ListedRow(NamedTuple):
+    """A row of ``_page_query``, in its column order."""
+
+    id: uuid.UUID
+    merchant_name: str
+    receipt_timestamp: str
+    total: int
+    currency: str
+    receipt_time: datetime
+    original_receipt_id: uuid.UUID | None
+    return_count: int
+
+
 def _readable_relations(
-    session: Session, reader: Reader, page: Sequence[Row[Any]]
+    db: Database, reader: Reader, page: Sequence[_ListedRow]
 ) -> dict[uuid.UUID, dict[str, Any]]:
     """A page's returns and purchases linked to each other (``receipts/returns.py``), as the
     list shows them: ``original_receipt_id`` on a return, ``return_receipt_ids`` on a purchase,
     each only where the reader may read the other receipt too. No query for a page without."""
     originals = {row.id: row.original_receipt_id for row in page if row.original_receipt_id}
     purchases = [row.id for row in page if row.return_count]
+    if not originals and not purchases:
+        return {}
+    with db.session(write=False) as session:
+        return _relations_shown(session, reader, originals, purchases)
+
+
+def _relations_shown(
+    session: Session,
+    reader: Reader,
+    originals: dict[uuid.UUID, uuid.UUID],
+    purchases: list[uuid.UUID],
+) -> dict[uuid.UUID, dict[str, Any]]:
     returns: dict[uuid.UUID, list[uuid.UUID]] = {}
     if purchases:
         linked = session.execute(

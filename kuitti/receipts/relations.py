@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -36,7 +36,17 @@ class Relations:
 NO_RELATIONS = Relations()
 
 
-def relations_key(receipt: Receipt) -> str:
+class Related(Protocol):
+    """What a receipt row says about its relations: a ``Receipt``, or a read's summary of one."""
+
+    @property
+    def original_receipt_id(self) -> uuid.UUID | None: ...
+
+    @property
+    def return_count(self) -> int: ...
+
+
+def relations_key(receipt: Related) -> str:
     """Changes whenever ``relations(receipt)`` does, read from the row alone (for ETags and
     rendering caches): a return's original is fixed, and a purchase only gains returns."""
     if receipt.original_receipt_id is None and not receipt.return_count:

@@ -12,23 +12,24 @@ from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, Field, ValidationError
-from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
-from kuitti.deps import get_services
+from kuitti.db import Database
+from kuitti.deps import get_services, run_read
 from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, NotFound, Unauthorized
 from kuitti.i18n import as_language, negotiate_locale
+from kuitti.models import Partner, Receipt
 from kuitti.oauth.bearer import reading_connection
 from kuitti.partners.auth import service_api_key
-from kuitti.partners.keys import key_digest, key_holder
+from kuitti.partners.keys import key_digest
 from kuitti.receipts import readers
 from kuitti.receipts.answers import ReceiptCreated, ReceiptList
-from kuitti.receipts.formats import DataFormat
+from kuitti.receipts.formats import DataFormat, Rendered
 from kuitti.receipts.formats.layout import Layout
-from kuitti.receipts.formats.rendering import etag, render
+from kuitti.receipts.formats.rendering import cached, etag, render
 from kuitti.receipts.ingest import IDEMPOTENCY_KEY_MAX, Ingest
-from kuitti.receipts.readers import Reader
+from kuitti.receipts.readers import ReadableReceipt, Reader
 from kuitti.receipts.relations import relations
 from kuitti.responses import ORJSONResponse
 from kuitti.services import Services
@@ -36,33 +37,42 @@ from kuitti.services import Services
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
 
 
-def _bearer_reader(
-    services: Services, session: Session, app_key: str | None, authorization: str
-) -> Reader:
+def _bearer_reader(services: Services, app_key: str | None, authorization: str) -> Reader:
     """A partner app reading on behalf of one of its users (``SERVICE_APIKEY`` +
     ``Authorization: Bearer``)."""
     if not app_key:
         raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")
     token = authorization[7:].strip()
     now = services.clock.now()
-    app, connection = reading_connection(session, services.settings, app_key, token, now=now)
-    return Reader(partner_id=app.id, user_id=connection.user_id, sandbox=app.sandbox)
+    with services.db.session(write=False) as session:
+        app, connection = reading_connection(session, services.settings, app_key, token, now=now)
+        return Reader(partner_id=app.id, user_id=connection.user_id, sandbox=app.sandbox)
 
 
 def _is_bearer(authorization: str | None) -> TypeGuard[str]:
     return authorization is not None and authorization.lower().startswith("bearer ")
 
 
-def _reader(services: Services, session: Session, headers: Headers) -> Reader:
+def _reader(services: Services, headers: Headers) -> Reader:
     """Who reads: a partner by its key, or a partner app on behalf of a user; 401 otherwise.
     Checked on every request, never remembered: a rotated key or a disabled partner is refused
     at once."""
     authorization = headers.get("authorization")
     app_key = service_api_key(headers)
     if _is_bearer(authorization):
-        return _bearer_reader(services, session, app_key, authorization)
-    holder = key_holder(session, authorization or app_key)
-    return Reader(partner_id=holder.id, sandbox=holder.sandbox)
+        return _bearer_reader(services, app_key, authorization)
+    return readers.key_reader(services.db, key_digest(authorization or app_key))
+
+
+def _readable(services: Services, headers: Headers, receipt_id: uuid.UUID) -> ReadableReceipt:
+    """The receipt, if the caller may read it (401, then 404 as ``readers.readable_receipt``)."""
+    authorization = headers.get("authorization")
+    if _is_bearer(authorization):
+        reader = _reader(services, headers)
+        return readers.readable_receipt(services.db, reader, receipt_id)
+    # A partner key: its check and the read in one statement.
+    digest = key_digest(authorization or service_api_key(headers))
+    return readers.readable_receipt_by_key(services.db, digest, receipt_id)
 
 
 RECEIPT_BODY_SCHEMA = {
@@ -204,21 +214,22 @@ _READ_PARAMETERS = {
 )
 async def list_receipts(request: Request) -> Response:
     services = get_services(request)
-    return await run_in_threadpool(_list_answer, services, request.headers, request.query_params)
+    return await run_read(
+        services.db, _list_answer, services, request.headers, request.query_params
+    )
 
 
 def _list_answer(services: Services, headers: Headers, query: Mapping[str, str]) -> Response:
-    with services.db.session(write=False) as session:
-        reader = _reader(services, session, headers)
-        errors: list[Any] = []
-        params = _checked(_ListQuery, "query", query, errors)
-        if params is None:
-            raise RequestValidationError(errors)
-        if params.since is not None and params.since.tzinfo is None:
-            raise InvalidRequest([ErrorDetail("invalid_value", "since: must carry a UTC offset.")])
-        page = readers.list_receipts(
-            session, reader, since=params.since, limit=params.limit, cursor=params.cursor
-        )
+    reader = _reader(services, headers)
+    errors: list[Any] = []
+    params = _checked(_ListQuery, "query", query, errors)
+    if params is None:
+        raise RequestValidationError(errors)
+    if params.since is not None and params.since.tzinfo is None:
+        raise InvalidRequest([ErrorDetail("invalid_value", "since: must carry a UTC offset.")])
+    page = readers.list_receipts(
+        services.db, reader, since=params.since, limit=params.limit, cursor=params.cursor
+    )
     # Serialised straight from the page (the same bytes as through the declared ReceiptList).
     return ORJSONResponse(page)
 
@@ -249,11 +260,19 @@ def _list_answer(services: Services, headers: Headers, query: Mapping[str, str])
 )
 async def get_receipt(request: Request, receipt_id: str, data_format: str) -> Response:
     services = get_services(request)
-    # One thread hop for the key, the database and the rendering (a PDF renders for
-    # milliseconds).
-    return await run_in_threadpool(
-        _receipt_answer, services, request.headers, request.query_params, receipt_id, data_format
+    answer = await run_read(
+        services.db,
+        _receipt_answer,
+        services,
+        request.headers,
+        request.query_params,
+        receipt_id,
+        data_format,
     )
+    if isinstance(answer, _Unrendered):
+        # Not rendered in this process yet: a PDF renders for milliseconds, in a thread.
+        return await run_in_threadpool(_rendered_answer, services.db, answer)
+    return answer
 
 
 @dataclass(frozen=True)
@@ -292,38 +311,46 @@ def _read_request(
     return _ReadRequest(receipt_uuid, fmt, options.layout, locale, conditions.if_none_match)
 
 
+@dataclass(frozen=True)
+class _Unrendered:
+    """A read answered but for its rendering, which this process does not have yet."""
+
+    found: ReadableReceipt
+    asked: _ReadRequest
+
+
 def _receipt_answer(
     services: Services,
     headers: Headers,
     query: Mapping[str, str],
     receipt_id: str,
     data_format: str,
-) -> Response:
-    with services.db.session(write=False) as session:
-        try:
-            asked = _read_request(headers, query, receipt_id, data_format)
-        except (KuittiError, RequestValidationError):
-            _reader(services, session, headers)  # the caller first: 401 before 400 or 404
-            raise
-        authorization = headers.get("authorization")
-        if _is_bearer(authorization):
-            reader = _reader(services, session, headers)
-            receipt, poster = readers.readable_receipt(session, reader, asked.receipt_id)
-        else:
-            # A partner key: its check and the read in one statement.
-            digest = key_digest(authorization or service_api_key(headers))
-            receipt, poster = readers.readable_receipt_by_key(session, digest, asked.receipt_id)
-        fmt, layout, locale = asked.fmt, asked.layout, asked.locale
-        tag = etag(receipt, poster, fmt, layout=layout, locale=locale)
-        answer_headers = {
-            "ETag": tag,
-            # A receipt is personal: browsers may keep it but must revalidate; shared caches never.
-            "Cache-Control": "private, no-cache",
-            "Vary": "Authorization, SERVICE_APIKEY, Accept-Language",
-            "X-Content-Type-Options": "nosniff",
-        }
-        if asked.if_none_match and _etag_matches(asked.if_none_match, tag):
-            return Response(status_code=304, headers=answer_headers)
+) -> Response | _Unrendered:
+    try:
+        asked = _read_request(headers, query, receipt_id, data_format)
+    except (KuittiError, RequestValidationError):
+        _reader(services, headers)  # the caller first: 401 before 400 or 404
+        raise
+    found = _readable(services, headers, asked.receipt_id)
+    tag = etag(found, found.poster, asked.fmt, layout=asked.layout, locale=asked.locale)
+    if asked.if_none_match and _etag_matches(asked.if_none_match, tag):
+        return Response(status_code=304, headers=_answer_headers(tag))
+    rendered = cached(tag)
+    if rendered is None:
+        return _Unrendered(found, asked)
+    return _answer(tag, rendered)
+
+
+def _rendered_answer(db: Database, unrendered: _Unrendered) -> Response:
+    """The answer of a read whose rendering this process does not have yet: rendered from the
+    stored receipt, its ETag taken again from the rows it renders."""
+    found, asked = unrendered.found, unrendered.asked
+    fmt, layout, locale = asked.fmt, asked.layout, asked.locale
+    with db.session(write=False) as session:
+        receipt = session.get(Receipt, found.id)
+        poster = session.get(Partner, found.poster.id)
+        if receipt is None or poster is None:
+            raise NotFound()
         rendered = render(
             receipt,
             poster,
@@ -332,9 +359,24 @@ def _receipt_answer(
             locale=locale,
             relations=relations(session, receipt),
         )
+        return _answer(etag(receipt, poster, fmt, layout=layout, locale=locale), rendered)
+
+
+def _answer(tag: str, rendered: Rendered) -> Response:
+    headers = _answer_headers(tag)
     if rendered.media_type == "application/pdf":
-        answer_headers["Content-Disposition"] = f'inline; filename="{rendered.filename}"'
-    return Response(rendered.content, media_type=rendered.media_type, headers=answer_headers)
+        headers["Content-Disposition"] = f'inline; filename="{rendered.filename}"'
+    return Response(rendered.content, media_type=rendered.media_type, headers=headers)
+
+
+def _answer_headers(tag: str) -> dict[str, str]:
+    return {
+        "ETag": tag,
+        # A receipt is personal: browsers may keep it but must revalidate; shared caches never.
+        "Cache-Control": "private, no-cache",
+        "Vary": "Authorization, SERVICE_APIKEY, Accept-Language",
+        "X-Content-Type-Options": "nosniff",
+    }
 
 
 def _etag_matches(header: str, tag: str) -> bool:

@@ -5,17 +5,18 @@ are kept in a bounded in-process LRU cache keyed by what the output depends on (
 layout, language, the poster's bank account for Finvoice, and the renderer version): a stored
 document never changes, so an entry never goes stale — which is why this cache sits next to its
 function rather than on ``Services``: no process ever needs to reset or configure it. ``etag()``
-gives the same key without rendering, so a conditional request can be answered 304 before any
-work.
+gives the same key without rendering or the document (``cached(etag)`` the bytes if this
+process has them), so a read answers 304, or from the cache, before it loads the document.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+import uuid
 from collections import OrderedDict
 from datetime import datetime
-from typing import assert_never
+from typing import Protocol, assert_never
 
 from sqlalchemy.orm import Session
 
@@ -31,7 +32,7 @@ from kuitti.receipts.formats import (
     service_pdf,
 )
 from kuitti.receipts.formats.layout import Layout
-from kuitti.receipts.relations import NO_RELATIONS, Relations, relations, relations_key
+from kuitti.receipts.relations import NO_RELATIONS, Related, Relations, relations, relations_key
 from kuitti.receipts.view import build_view, parse_document, relation_lines
 
 # Bump when a renderer's output changes, so ETags and cached bytes change with it.
@@ -88,8 +89,30 @@ class RenderCache:
 cache = RenderCache()
 
 
+class Keyed(Related, Protocol):
+    """What a rendering's key depends on, of a receipt: a ``Receipt``, or a read's summary
+    (``kuitti.receipts.readers.ReadableReceipt``), so a read tells its ETag before it loads
+    the document."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+
+    @property
+    def document_hash(self) -> str: ...
+
+
+class Account(Protocol):
+    """What a rendering's key depends on, of the partner that posted the receipt."""
+
+    @property
+    def iban(self) -> str | None: ...
+
+    @property
+    def bic(self) -> str | None: ...
+
+
 def _key_parts(
-    receipt: Receipt, poster: Partner, fmt: DataFormat, layout: Layout, locale: str
+    receipt: Keyed, poster: Account, fmt: DataFormat, layout: Layout, locale: str
 ) -> tuple[str, ...]:
     base: tuple[str, ...] = (RENDERER_VERSION, str(receipt.id), receipt.document_hash, fmt.value)
     related = relations_key(receipt)
@@ -110,8 +133,8 @@ def _key_parts(
 
 
 def etag(
-    receipt: Receipt,
-    poster: Partner,
+    receipt: Keyed,
+    poster: Account,
     fmt: DataFormat,
     *,
     layout: Layout = Layout.A4,
@@ -121,6 +144,11 @@ def etag(
     read from the receipt row)."""
     digest = hashlib.sha256("\x1f".join(_key_parts(receipt, poster, fmt, layout, locale)).encode())
     return f'"{digest.hexdigest()[:32]}"'
+
+
+def cached(tag: str) -> Rendered | None:
+    """The rendering of this ETag, if this process has it."""
+    return cache.get(tag)
 
 
 def render(
