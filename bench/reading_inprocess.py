@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio.to_thread
+from fastapi import FastAPI
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -78,7 +79,15 @@ async def run(
             status, _body = await get(app, paths(number), api_key)
             assert status == 200, status
 
-    await asyncio.gather(*(client() for _ in range(clients)))
+    # The lifespan's other part that reads depend on: PostgreSQL's pool on this event loop.
+    db = app.state.services.db if isinstance(app, FastAPI) else None
+    if db is not None:
+        await db.open_async_reads()
+    try:
+        await asyncio.gather(*(client() for _ in range(clients)))
+    finally:
+        if db is not None:
+            await db.close_async_reads()
 
 
 def main() -> None:

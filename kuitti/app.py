@@ -75,6 +75,7 @@ def create_app(
         # starve the one holding a database lock (bench/ingest.py, docs/performance.md).
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
         tune_garbage_collector()
+        await db.open_async_reads()
         stop = asyncio.Event()
         worker = asyncio.create_task(run_worker(services, stop)) if run_worker_in_process else None
         if announce_ready:
@@ -91,6 +92,7 @@ def create_app(
             stop.set()
             if worker is not None:
                 await worker
+            await db.close_async_reads()
 
     app = FastAPI(
         title="kuitti",

@@ -29,26 +29,21 @@ The receipt post uses none of these: it is the one route that must run at the sp
 machine, so it checks on the event loop and writes through the process's group-commit writer
 (``kuitti.receipts.ingest``), which also commits before anyone is answered. The receipt reads
 (``GET /api/v1/receipts/…``) are async too, with no dependencies: the key check and the read
-are one prebuilt statement run on the driver (``Database.read_rows``), on the event loop for
-SQLite and in one thread hop for PostgreSQL (``run_read``); only a rendering this process does
-not have yet opens a session, in a thread (``kuitti.receipts.routes``).
+are one prebuilt statement run on the driver from the event loop (``Database.read_rows_async``:
+SQLite inline, PostgreSQL on psycopg's async pool), with no thread hop; only a rendering this
+process does not have yet opens a session, in a thread (``kuitti.receipts.routes``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
-from starlette.concurrency import run_in_threadpool
 
-from kuitti.db import Database
 from kuitti.services import Services
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 
 async def _services(request: Request) -> Services:
@@ -79,17 +74,6 @@ async def _now(services: Annotated[Services, Depends(_services)]) -> datetime:
 async def _raw_body(request: Request) -> bytes:
     """The request body; the edge middleware has already held it to ``KUITTI_MAX_BODY_BYTES``."""
     return await request.body()
-
-
-async def run_read(db: Database, read: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run ``read`` (a request's reads, checks and answer, no rendering) where it costs least:
-    on the event loop for SQLite, whose reads are local and take some tens of microseconds,
-    less than a hop to the threadpool costs (about 0.15 ms of CPU); in the threadpool for
-    PostgreSQL, whose every statement waits for the network (docs/performance.md,
-    "Reading")."""
-    if db.is_sqlite:
-        return read(*args, **kwargs)
-    return await run_in_threadpool(read, *args, **kwargs)
 
 
 def release_connection(session: Session, *rows: object | None) -> None:

@@ -179,8 +179,8 @@ class StatementCounter:
 
     The live server runs in a thread of this process on the same ``Database``, so its requests'
     statements are counted too: count around an HTTP call to see what the call costs. The
-    statements ``Database.read_rows`` runs on the driver are counted as well (the real method
-    still runs)."""
+    statements ``Database.read_rows`` and ``read_rows_async`` run on the driver are counted as
+    well (the real method still runs)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -192,19 +192,19 @@ class StatementCounter:
         def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
             statements.append(statement)
 
-        read_rows = self.db.read_rows
+        direct_query = self.db._direct_query  # what every driver read runs
 
-        def counted_read_rows(statement: Any, params: Any) -> list[tuple[Any, ...]]:
+        def counted(statement: Any) -> Any:
             statements.append(str(statement))
-            return read_rows(statement, params)
+            return direct_query(statement)
 
         event.listen(self.db.engine, "before_cursor_execute", count)
-        self.db.read_rows = counted_read_rows  # type: ignore[method-assign]
+        self.db._direct_query = counted  # type: ignore[method-assign]
         try:
             yield statements
         finally:
             event.remove(self.db.engine, "before_cursor_execute", count)
-            del self.db.read_rows
+            del self.db._direct_query
 
 
 @pytest.fixture

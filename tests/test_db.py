@@ -3,11 +3,12 @@ and the driver path of the hottest reads (``Database.read_rows``)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import bindparam, func, select, text
 
 from kuitti.db import Database
 from kuitti.models import Partner
@@ -82,5 +83,30 @@ def test_read_rows_leaves_no_transaction_open(services: Services) -> None:
             assert driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         finally:
             connection.close()
+    finally:
+        db.dispose()
+
+
+@pytest.mark.postgres_only
+def test_an_async_read_outlives_a_connection_ended_while_idle(services: Services) -> None:
+    """The event loop's pool for the hottest reads: a read whose connection went away (a server
+    restart, an idle timeout) is run again on a fresh one, not answered with an error."""
+    db = Database(services.db.url, pool_size=1)
+    backend = select(func.pg_backend_pid())
+
+    async def scenario() -> tuple[int, int]:
+        await db.open_async_reads()
+        try:
+            [(first,)] = await db.read_rows_async(backend, {})
+            with services.db.session() as other:
+                assert other.scalar(text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
+            [(second,)] = await db.read_rows_async(backend, {})
+            return first, second
+        finally:
+            await db.close_async_reads()
+
+    try:
+        first, second = asyncio.run(scenario())
+        assert second != first
     finally:
         db.dispose()

@@ -183,19 +183,22 @@ def may_read(session: Session, reader: Reader, receipt_id: uuid.UUID) -> bool:
     return bool(session.scalar(_MAY_READ[kind], params))
 
 
-def readable_receipt(db: Database, reader: Reader, receipt_id: uuid.UUID) -> ReadableReceipt:
+async def readable_receipt(db: Database, reader: Reader, receipt_id: uuid.UUID) -> ReadableReceipt:
     """The receipt, if this reader may see it; otherwise 404 exactly as if it did not exist."""
     kind, params = _params(reader, receipt_id)
-    rows = db.read_rows(_READABLE[kind], params)
+    rows = await db.read_rows_async(_READABLE[kind], params)
     if not rows or rows[0][1] is not reader.sandbox:
         raise NotFound()
     return ReadableReceipt.of(rows[0])
 
 
-def readable_receipt_by_key(db: Database, digest: str, receipt_id: uuid.UUID) -> ReadableReceipt:
+async def readable_receipt_by_key(
+    db: Database, digest: str, receipt_id: uuid.UUID
+) -> ReadableReceipt:
     """``readable_receipt`` for the partner of a key digest, the key checked in the same
     statement: 401 for a key no enabled partner holds, then 404 as ``readable_receipt``."""
-    rows = db.read_rows(_READABLE_WITH_KEY, {"digest": digest, "receipt_id": receipt_id})
+    params = {"digest": digest, "receipt_id": receipt_id}
+    rows = await db.read_rows_async(_READABLE_WITH_KEY, params)
     if not rows:
         raise Unauthorized(INVALID_KEY)
     sandbox, *columns = rows[0]
@@ -204,9 +207,9 @@ def readable_receipt_by_key(db: Database, digest: str, receipt_id: uuid.UUID) ->
     return ReadableReceipt.of(columns)
 
 
-def key_reader(db: Database, digest: str) -> Reader:
+async def key_reader(db: Database, digest: str) -> Reader:
     """The partner of a key digest as a reader; 401 when no enabled partner holds it."""
-    rows = db.read_rows(_KEY_READER, {"digest": digest})
+    rows = await db.read_rows_async(_KEY_READER, {"digest": digest})
     if not rows:
         raise Unauthorized(INVALID_KEY)
     partner_id, sandbox = rows[0]
@@ -261,7 +264,7 @@ def _page_query(kind: str, since: bool, after: bool) -> Select[Any]:
     )
 
 
-def list_receipts(
+async def list_receipts(
     db: Database,
     reader: Reader,
     *,
@@ -279,9 +282,11 @@ def list_receipts(
         kind, params["owner"] = "partner", reader.partner_id
     if cursor is not None:
         params["after_time"], params["after_id"] = decode_cursor(cursor)
-    rows = db.read_rows(_page_query(kind, since is not None, cursor is not None), params)
+    rows = await db.read_rows_async(
+        _page_query(kind, since is not None, cursor is not None), params
+    )
     page = [_ListedRow(*row) for row in rows[:limit]]
-    relations = _readable_relations(db, reader, page)
+    relations = await _readable_relations(db, reader, page)
     items = [
         {
             "receipt_id": str(row.id),
@@ -314,7 +319,7 @@ class _ListedRow(NamedTuple):
     return_count: int
 
 
-def _readable_relations(
+async def _readable_relations(
     db: Database, reader: Reader, page: Sequence[_ListedRow]
 ) -> dict[uuid.UUID, dict[str, Any]]:
     """A page's returns and purchases linked to each other (``receipts/returns.py``), as the
@@ -324,11 +329,20 @@ def _readable_relations(
     purchases = [row.id for row in page if row.return_count]
     if not originals and not purchases:
         return {}
-    with db.session(write=False) as session:
-        return _relations_shown(session, reader, originals, purchases)
+    return await db.run_read(_relations_shown, db, reader, originals, purchases)
 
 
 def _relations_shown(
+    db: Database,
+    reader: Reader,
+    originals: dict[uuid.UUID, uuid.UUID],
+    purchases: list[uuid.UUID],
+) -> dict[uuid.UUID, dict[str, Any]]:
+    with db.session(write=False) as session:
+        return _relations_read(session, reader, originals, purchases)
+
+
+def _relations_read(
     session: Session,
     reader: Reader,
     originals: dict[uuid.UUID, uuid.UUID],

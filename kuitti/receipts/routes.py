@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
 from kuitti.db import Database
-from kuitti.deps import get_services, run_read
+from kuitti.deps import get_services
 from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, NotFound, Unauthorized
 from kuitti.i18n import as_language, negotiate_locale
 from kuitti.models import Partner, Receipt
@@ -53,26 +53,27 @@ def _is_bearer(authorization: str | None) -> TypeGuard[str]:
     return authorization is not None and authorization.lower().startswith("bearer ")
 
 
-def _reader(services: Services, headers: Headers) -> Reader:
+async def _reader(services: Services, headers: Headers) -> Reader:
     """Who reads: a partner by its key, or a partner app on behalf of a user; 401 otherwise.
     Checked on every request, never remembered: a rotated key or a disabled partner is refused
     at once."""
     authorization = headers.get("authorization")
     app_key = service_api_key(headers)
     if _is_bearer(authorization):
-        return _bearer_reader(services, app_key, authorization)
-    return readers.key_reader(services.db, key_digest(authorization or app_key))
+        # The token's check reads through a session.
+        return await services.db.run_read(_bearer_reader, services, app_key, authorization)
+    return await readers.key_reader(services.db, key_digest(authorization or app_key))
 
 
-def _readable(services: Services, headers: Headers, receipt_id: uuid.UUID) -> ReadableReceipt:
+async def _readable(services: Services, headers: Headers, receipt_id: uuid.UUID) -> ReadableReceipt:
     """The receipt, if the caller may read it (401, then 404 as ``readers.readable_receipt``)."""
     authorization = headers.get("authorization")
     if _is_bearer(authorization):
-        reader = _reader(services, headers)
-        return readers.readable_receipt(services.db, reader, receipt_id)
+        reader = await _reader(services, headers)
+        return await readers.readable_receipt(services.db, reader, receipt_id)
     # A partner key: its check and the read in one statement.
     digest = key_digest(authorization or service_api_key(headers))
-    return readers.readable_receipt_by_key(services.db, digest, receipt_id)
+    return await readers.readable_receipt_by_key(services.db, digest, receipt_id)
 
 
 RECEIPT_BODY_SCHEMA = {
@@ -213,21 +214,17 @@ _READ_PARAMETERS = {
     responses={200: {"model": ReceiptList}},
 )
 async def list_receipts(request: Request) -> Response:
+    # async, with no dependencies: the key check and the page are read from the event loop
+    # (``Database.read_rows_async``), with no thread hop.
     services = get_services(request)
-    return await run_read(
-        services.db, _list_answer, services, request.headers, request.query_params
-    )
-
-
-def _list_answer(services: Services, headers: Headers, query: Mapping[str, str]) -> Response:
-    reader = _reader(services, headers)
+    reader = await _reader(services, request.headers)
     errors: list[Any] = []
-    params = _checked(_ListQuery, "query", query, errors)
+    params = _checked(_ListQuery, "query", request.query_params, errors)
     if params is None:
         raise RequestValidationError(errors)
     if params.since is not None and params.since.tzinfo is None:
         raise InvalidRequest([ErrorDetail("invalid_value", "since: must carry a UTC offset.")])
-    page = readers.list_receipts(
+    page = await readers.list_receipts(
         services.db, reader, since=params.since, limit=params.limit, cursor=params.cursor
     )
     # Serialised straight from the page (the same bytes as through the declared ReceiptList).
@@ -259,15 +256,11 @@ def _list_answer(services: Services, headers: Headers, query: Mapping[str, str])
     openapi_extra=_READ_PARAMETERS,
 )
 async def get_receipt(request: Request, receipt_id: str, data_format: str) -> Response:
+    # async, with no dependencies: the key, the right and the ETag are one read from the event
+    # loop (``Database.read_rows_async``), and a cached rendering answers with no thread hop.
     services = get_services(request)
-    answer = await run_read(
-        services.db,
-        _receipt_answer,
-        services,
-        request.headers,
-        request.query_params,
-        receipt_id,
-        data_format,
+    answer = await _receipt_answer(
+        services, request.headers, request.query_params, receipt_id, data_format
     )
     if isinstance(answer, _Unrendered):
         # Not rendered in this process yet: a PDF renders for milliseconds, in a thread.
@@ -319,7 +312,7 @@ class _Unrendered:
     asked: _ReadRequest
 
 
-def _receipt_answer(
+async def _receipt_answer(
     services: Services,
     headers: Headers,
     query: Mapping[str, str],
@@ -329,9 +322,9 @@ def _receipt_answer(
     try:
         asked = _read_request(headers, query, receipt_id, data_format)
     except (KuittiError, RequestValidationError):
-        _reader(services, headers)  # the caller first: 401 before 400 or 404
+        await _reader(services, headers)  # the caller first: 401 before 400 or 404
         raise
-    found = _readable(services, headers, asked.receipt_id)
+    found = await _readable(services, headers, asked.receipt_id)
     tag = etag(found, found.poster, asked.fmt, layout=asked.layout, locale=asked.locale)
     if asked.if_none_match and _etag_matches(asked.if_none_match, tag):
         return Response(status_code=304, headers=_answer_headers(tag))
