@@ -26,7 +26,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import DateTime, Engine, MetaData, Select, Table, create_engine, event
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, StatementError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -200,6 +200,7 @@ class Database:
         ``ROLLBACK`` round trips (docs/performance.md, "Reading"). Everything else goes through
         ``session()``."""
         query = self._direct_query(statement)
+        values = query.parameters(params)
         connection = self.engine.raw_connection()
         try:
             driver = connection.driver_connection
@@ -207,15 +208,15 @@ class Database:
                 driver.autocommit = True  # type: ignore[union-attr]
             try:
                 cursor = connection.cursor()
-                cursor.execute(query.sql, query.parameters(params))
+                cursor.execute(query.sql, values)
                 rows = cursor.fetchall()
                 cursor.close()
             finally:
                 if not self.is_sqlite:
                     driver.autocommit = False  # type: ignore[union-attr]
-        except self.engine.dialect.loaded_dbapi.Error:
+        except self.engine.dialect.loaded_dbapi.Error as error:
             connection.invalidate()  # the pool drops it: it may be broken
-            raise
+            raise self._database_error(error, query.sql, values) from error
         finally:
             connection.close()
         return [query.converted(row) for row in rows]
@@ -236,13 +237,29 @@ class Database:
         query = self._direct_query(statement)
         values = query.parameters(params)
         try:
-            rows = await _fetch_all(pool, query.sql, values)
-        except psycopg.OperationalError:
-            # A connection that went away while idle (a server restart, an idle timeout): the
-            # pool drops the broken ones, and the read, which changes nothing, runs once more.
-            await pool.check()
-            rows = await _fetch_all(pool, query.sql, values)
+            try:
+                rows = await _fetch_all(pool, query.sql, values)
+            except psycopg.OperationalError:
+                # A connection that went away while idle (a server restart, an idle timeout):
+                # the pool drops the broken ones, and the read, which changes nothing, runs
+                # once more.
+                await pool.check()
+                rows = await _fetch_all(pool, query.sql, values)
+        except psycopg.Error as error:
+            raise self._database_error(error, query.sql, values) from error
         return [query.converted(row) for row in rows]
+
+    def _database_error(self, error: Exception, sql: str, values: Any) -> StatementError:
+        """The driver's error as SQLAlchemy raises it for a session, bound values hidden as
+        the engine hides them (they may be secret: a key digest)."""
+        return DBAPIError.instance(
+            sql,
+            values,
+            error,
+            self.engine.dialect.loaded_dbapi.Error,
+            hide_parameters=True,
+            dialect=self.engine.dialect,
+        )
 
     async def run_read(self, read: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``read`` (short, sync reads through a session) where it costs least: inline on
