@@ -1,5 +1,6 @@
 """Reading benchmark: ``GET /api/v1/receipts/<id>/service_json/`` and the list endpoint at a fixed
-request rate, on SQLite and on PostgreSQL; p50/p99 latency and server CPU per request.
+request rate, on SQLite and on PostgreSQL; p50/p99 latency and server CPU per request (and the
+database server's and the load generator's, which share the two cores).
 
 The load generator is this script: an open-loop, fixed-rate client on asyncio and aiohttp (wrk
 holds a fixed number of connections busy instead, and wrk2, which keeps a rate, is not packaged
@@ -56,6 +57,7 @@ class RateRun:
     errors: int
     cpu_ms_per_request: float
     postgres_ms_per_request: float
+    client_ms_per_request: float
 
     def line(self) -> str:
         return (
@@ -63,7 +65,8 @@ class RateRun:
             f"  achieved {self.achieved_rate:>5.0f}/s"
             f"  p50 {self.p50_ms:>7.1f} ms  p99 {self.p99_ms:>7.1f} ms"
             f"  CPU {self.cpu_ms_per_request:>5.2f} ms/req"
-            f" (PostgreSQL's {self.postgres_ms_per_request:>4.2f})  errors {self.errors}"
+            f" (PostgreSQL's {self.postgres_ms_per_request:>4.2f},"
+            f" the client's {self.client_ms_per_request:>4.2f})  errors {self.errors}"
         )
 
 
@@ -128,11 +131,13 @@ def run_at_rate(
 ) -> RateRun:  # fmt: skip
     asyncio.run(fixed_rate(base, paths, headers, args.rate, 2, args.connections))  # warm-up
     before, postgres_before = tree_cpu_seconds(pid), postgres_cpu_seconds()
+    client_before = time.process_time()
     latencies, errors, wall = asyncio.run(
         fixed_rate(base, paths, headers, args.rate, args.seconds, args.connections)
     )
     cpu = tree_cpu_seconds(pid) - before
     postgres = postgres_cpu_seconds() - postgres_before
+    client = time.process_time() - client_before
     return RateRun(
         name,
         args.rate,
@@ -142,6 +147,7 @@ def run_at_rate(
         errors,
         1000 * cpu / max(len(latencies), 1),
         1000 * postgres / max(len(latencies), 1),
+        1000 * client / max(len(latencies), 1),
     )
 
 
