@@ -33,7 +33,7 @@ from sqlalchemy import (
     or_,
     select,
 )
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
 from kuitti.db import Database
 from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, Unauthorized
@@ -216,18 +216,30 @@ async def key_reader(db: Database, digest: str) -> Reader:
     return Reader(partner_id=partner_id, sandbox=sandbox)
 
 
+def _key_partner(column: InstrumentedAttribute[Any]) -> ColumnElement[Any]:
+    """``column`` of the enabled partner of ``bindparam("digest")``, as a scalar subquery."""
+    return (
+        select(column)
+        .where(Partner.api_key_hash == bindparam("digest"), Partner.disabled_at.is_(None))
+        .scalar_subquery()
+    )
+
+
 @cache
 def _page_query(kind: str, since: bool, after: bool) -> Select[Any]:
-    """The list page's statement for a ``partner`` or ``user`` reader, with or without ``since``
-    and a cursor; built once per variant (a list page is the other hot reading path), on the
-    bound ``owner``, ``since``, ``after_time``, ``after_id``, ``limit`` and ``sandbox``."""
+    """The list page's statement for a ``user`` reader (bound ``owner`` and ``sandbox``) or the
+    partner of a ``key`` (bound ``digest``: its enabled partner found in the same statement),
+    with or without ``since`` and a cursor (bound ``since``, ``after_time``, ``after_id``), and
+    ``limit``; built once per variant: a list page is the other hot reading path."""
     index: type[ReceiptGrant] | type[ReceiptDelivery]
+    sandbox: ColumnElement[Any] = bindparam("sandbox", type_=Boolean)
     if kind == "user":
         index = ReceiptDelivery
         owner = ReceiptDelivery.user_id == bindparam("owner")
-    else:
+    else:  # "key": the enabled partner of bindparam("digest"), found in the same statement
         index = ReceiptGrant
-        owner = _readable_by_partner(bindparam("owner"))
+        owner = _readable_by_partner(_key_partner(Partner.id))
+        sandbox = _key_partner(Partner.sandbox)
     # The page's keys first (one partner may hold a receipt through several grants), then rows.
     keys = select(index.receipt_time, index.receipt_id).where(owner).distinct()
     if since:
@@ -259,9 +271,12 @@ def _page_query(kind: str, since: bool, after: bool) -> Select[Any]:
             Receipt.return_count,
         )
         .join(page_keys, page_keys.c.receipt_id == Receipt.id)
-        .where(Receipt.sandbox == bindparam("sandbox", type_=Boolean))
+        .where(Receipt.sandbox == sandbox)
         .order_by(page_keys.c.receipt_time.desc(), page_keys.c.receipt_id.desc())
     )
+
+
+Cursor = tuple[datetime, uuid.UUID]
 
 
 async def list_receipts(
@@ -270,22 +285,50 @@ async def list_receipts(
     *,
     since: datetime | None,
     limit: int,
-    cursor: str | None,
+    after: Cursor | None,
 ) -> dict[str, Any]:
-    """Newest first by receipt time, ties by receipt id; keyset pagination by an opaque cursor."""
-    params: dict[str, Any] = {"limit": limit + 1, "sandbox": reader.sandbox}
+    """A user-authorized reader's page: newest first by receipt time, ties by receipt id;
+    keyset pagination after the cursor's receipt (``decode_cursor``)."""
+    assert reader.user_id is not None, "a partner's key lists with list_receipts_by_key"
+    params = _page_params(since, limit, after)
+    params.update(owner=reader.user_id, sandbox=reader.sandbox)
+    query = _page_query("user", since is not None, after is not None)
+    rows = await db.read_rows_async(query, params)
+    return await _page(db, reader, [_ListedRow(*row) for row in rows], limit)
+
+
+async def list_receipts_by_key(
+    db: Database, digest: str, *, since: datetime | None, limit: int, after: Cursor | None
+) -> dict[str, Any]:
+    """``list_receipts`` for the partner of a key digest, the key checked by the statement
+    that reads the page: only an enabled partner's key finds grants, so a page that is not
+    empty proves the key, and an empty one is followed by the key's own check (401, or a
+    valid key with nothing to list)."""
+    params = _page_params(since, limit, after)
+    params["digest"] = digest
+    query = _page_query("key", since is not None, after is not None)
+    rows = await db.read_rows_async(query, params)
+    if not rows:
+        await key_reader(db, digest)
+    return await _page(db, digest, [_ListedRow(*row) for row in rows], limit)
+
+
+def _page_params(since: datetime | None, limit: int, after: Cursor | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"limit": limit + 1}  # one more: is there a next page?
     if since is not None:
         params["since"] = since
-    if reader.user_id is not None:
-        kind, params["owner"] = "user", reader.user_id
-    else:
-        kind, params["owner"] = "partner", reader.partner_id
-    if cursor is not None:
-        params["after_time"], params["after_id"] = decode_cursor(cursor)
-    rows = await db.read_rows_async(
-        _page_query(kind, since is not None, cursor is not None), params
-    )
-    page = [_ListedRow(*row) for row in rows[:limit]]
+    if after is not None:
+        params["after_time"], params["after_id"] = after
+    return params
+
+
+async def _page(
+    db: Database, reader: Reader | str, rows: list[_ListedRow], limit: int
+) -> dict[str, Any]:
+    """The answer from the page's rows (one more than ``limit`` if there is a next page).
+    ``reader`` is the reader or a key digest, whose partner is looked up only if the page
+    shows relations (they depend on what the reader may read)."""
+    page = rows[:limit]
     relations = await _readable_relations(db, reader, page)
     items = [
         {
@@ -320,7 +363,7 @@ class _ListedRow(NamedTuple):
 
 
 async def _readable_relations(
-    db: Database, reader: Reader, page: Sequence[_ListedRow]
+    db: Database, reader: Reader | str, page: Sequence[_ListedRow]
 ) -> dict[uuid.UUID, dict[str, Any]]:
     """A page's returns and purchases linked to each other (``receipts/returns.py``), as the
     list shows them: ``original_receipt_id`` on a return, ``return_receipt_ids`` on a purchase,
@@ -329,6 +372,8 @@ async def _readable_relations(
     purchases = [row.id for row in page if row.return_count]
     if not originals and not purchases:
         return {}
+    if isinstance(reader, str):
+        reader = await key_reader(db, reader)
     return await db.run_read(_relations_shown, db, reader, originals, purchases)
 
 

@@ -117,12 +117,39 @@ class TestReadCost:
         queries = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
         assert len(queries) == 1, queries
 
+    def test_a_list_page_is_one_query(
+        self, client: httpx.Client, services: Services, sql: StatementCounter
+    ) -> None:
+        """A partner key's page proves the key: only an enabled partner's key finds grants."""
+        merchant = make_partner(services)
+        for _ in range(3):
+            create(client, merchant.api_key)
+        assert client.get(LIST, headers=auth(merchant.api_key)).status_code == 200
+        with sql.counting() as statements:
+            listed = client.get(LIST, headers=auth(merchant.api_key)).json()
+        assert len(listed["receipts"]) == 3
+        queries = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+        assert len(queries) == 1, queries
+
+    def test_an_empty_page_still_checks_the_key(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        merchant = make_partner(services)
+        empty = client.get(LIST, headers=auth(merchant.api_key))
+        assert (empty.status_code, empty.json()) == (200, {"receipts": [], "next_cursor": None})
+        assert client.get(LIST, headers=auth("not-a-key")).status_code == 401
+
     def test_a_bad_key_is_401_before_a_bad_parameter_is_400(
         self, client: httpx.Client, services: Services
     ) -> None:
         merchant = make_partner(services)
         receipt_id = create(client, merchant.api_key)
-        for path in (f"{LIST}?limit=0", f"/api/v1/receipts/{receipt_id}/service_json/?layout=x"):
+        for path in (
+            f"{LIST}?limit=0",
+            f"{LIST}?cursor=not-a-cursor",
+            f"{LIST}?since=2026-01-01T00:00:00",
+            f"/api/v1/receipts/{receipt_id}/service_json/?layout=x",
+        ):
             assert client.get(path, headers=auth("not-a-key")).status_code == 401
             answer = client.get(path, headers=auth(merchant.api_key))
             assert answer.status_code == 400, answer.text
