@@ -23,7 +23,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import anyio.to_thread
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from sqlalchemy import DateTime, Engine, MetaData, Select, Table, create_engine, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, DisconnectionError, StatementError
@@ -94,6 +94,10 @@ def _configure_sqlite(engine: Engine) -> None:
 # short statement, so a few connections keep the event loop busy; more would only queue at the
 # server (``Database.read_rows_async``).
 ASYNC_READ_CONNECTIONS = 4
+# How long a read waits for one of them before it fails: a database that cannot be reached
+# fails the request (500) instead of holding it for the pool's default 30 s, and /readyz says
+# why; a burst queues for milliseconds, far below this.
+ASYNC_READ_WAIT_SECONDS = 5.0
 
 # A pooled PostgreSQL connection idle for longer than this is tested before it is handed out.
 PING_AFTER_IDLE_SECONDS = 1.0
@@ -132,8 +136,10 @@ class Database:
         pool_size: int = 20,
         echo: bool = False,
         ping_after_idle: float = PING_AFTER_IDLE_SECONDS,
+        async_read_wait: float = ASYNC_READ_WAIT_SECONDS,
     ) -> None:
         self.url = url
+        self.async_read_wait = async_read_wait
         self.is_sqlite = url.startswith("sqlite")
         if self.is_sqlite:
             path = url.removeprefix("sqlite:///")
@@ -239,6 +245,8 @@ class Database:
         try:
             try:
                 rows = await _fetch_all(pool, query.sql, values)
+            except PoolTimeout:
+                raise  # no connection could be had: waiting again would only double the wait
             except psycopg.OperationalError:
                 # A connection that went away while idle (a server restart, an idle timeout):
                 # the pool drops the broken ones, and the read, which changes nothing, runs
@@ -279,6 +287,7 @@ class Database:
             kwargs={**connect, "autocommit": True},
             min_size=1,
             max_size=ASYNC_READ_CONNECTIONS,
+            timeout=self.async_read_wait,
             open=False,
             name="kuitti-reads",
         )

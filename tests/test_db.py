@@ -4,15 +4,18 @@ and the driver path of the hottest reads (``Database.read_rows``)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from sqlalchemy import bindparam, func, select, text
+from sqlalchemy import bindparam, func, make_url, select, text
+from sqlalchemy.exc import DBAPIError
 
 from kuitti.db import Database
 from kuitti.models import Partner
 from kuitti.services import Services
+from tests.conftest import free_port
 from tests.factories import make_partner
 
 
@@ -108,5 +111,29 @@ def test_an_async_read_outlives_a_connection_ended_while_idle(services: Services
     try:
         first, second = asyncio.run(scenario())
         assert second != first
+    finally:
+        db.dispose()
+
+
+@pytest.mark.postgres_only
+def test_an_async_read_fails_soon_when_the_database_cannot_be_reached(
+    services: Services,
+) -> None:
+    """A read waits a bounded time for a connection, once, then fails as a session would."""
+    unreachable = make_url(services.db.url).set(host="127.0.0.1", port=free_port())
+    db = Database(unreachable.render_as_string(hide_password=False), async_read_wait=0.5)
+
+    async def scenario() -> float:
+        await db.open_async_reads()
+        started = time.monotonic()
+        try:
+            with pytest.raises(DBAPIError):
+                await db.read_rows_async(select(func.pg_backend_pid()), {})
+            return time.monotonic() - started
+        finally:
+            await db.close_async_reads()
+
+    try:
+        assert asyncio.run(scenario()) < 5
     finally:
         db.dispose()
