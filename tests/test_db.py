@@ -137,3 +137,25 @@ def test_an_async_read_fails_soon_when_the_database_cannot_be_reached(
         assert asyncio.run(scenario()) < 5
     finally:
         db.dispose()
+
+
+def test_an_async_read_without_the_loops_pool_reads_the_same(services: Services) -> None:
+    """On a loop whose pool was not opened (an app driven without its lifespan), PostgreSQL's
+    reads go through the threadpool; SQLite's run inline either way."""
+    make_partner(services, name="Auki Oy")
+    statement = select(Partner.id, Partner.name, Partner.created_at).order_by(Partner.name)
+    expected = services.db.read_rows(statement, {})
+
+    async def without_pool() -> list[tuple[object, ...]]:
+        return await services.db.read_rows_async(statement, {})
+
+    async def with_pool() -> list[tuple[object, ...]]:
+        await services.db.open_async_reads()
+        try:
+            return await services.db.read_rows_async(statement, {})
+        finally:
+            await services.db.close_async_reads()
+
+    assert expected
+    assert asyncio.run(without_pool()) == expected
+    assert asyncio.run(with_pool()) == expected
