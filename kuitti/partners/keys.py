@@ -25,6 +25,7 @@ from typing import Protocol, TypeVar
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
+from kuitti.db import Database
 from kuitti.errors import Forbidden, Unauthorized, UnsupportedMediaType
 from kuitti.models import Namespace, Partner, PartnerRole
 from kuitti.security import hash_secret
@@ -130,6 +131,12 @@ def current_key_holders(session: Session, digests: set[str]) -> dict[str, KeyHol
 
 def holder_of_digest(session: Session, digest: str) -> KeyHolder | None:
     return current_key_holders(session, {digest}).get(digest)
+
+
+def look_up_holder(db: Database, digest: str) -> KeyHolder | None:
+    """``holder_of_digest`` in a read session of its own, for callers that hold none."""
+    with db.session(write=False) as session:
+        return holder_of_digest(session, digest)
 
 
 def key_holder(session: Session, authorization: str | None) -> KeyHolder:

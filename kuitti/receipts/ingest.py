@@ -37,8 +37,8 @@ from kuitti.partners.keys import (
     INVALID_KEY,
     KeyHolder,
     KeyHolderCache,
-    holder_of_digest,
     key_digest,
+    look_up_holder,
     require_json,
     require_role,
 )
@@ -105,7 +105,7 @@ class Ingest:
         raise RuntimeError("the partner of this API key kept changing while the receipt was posted")
 
     async def _look_up(self, digest: str) -> KeyHolder:
-        holder = await anyio.to_thread.run_sync(_key_holder, self.services.db, digest)
+        holder = await anyio.to_thread.run_sync(look_up_holder, self.services.db, digest)
         if holder is None:
             self.key_holders.forget(digest)
             raise Unauthorized(INVALID_KEY)
@@ -171,11 +171,6 @@ def _validated(
     if idempotency_key:
         idempotency = IdempotencyKey(idempotency_key, request.body_hash)
     return Posting(holder, request, now, idempotency)
-
-
-def _key_holder(db: Database, digest: str) -> KeyHolder | None:
-    with db.session(write=False) as session:
-        return holder_of_digest(session, digest)
 
 
 def write_batch(db: Database, settings: Settings, postings: list[Posting]) -> list[Outcome]:

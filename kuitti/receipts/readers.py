@@ -39,7 +39,7 @@ from kuitti.db import Database
 from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, Unauthorized
 from kuitti.models import Card, Connection, Partner, Receipt, ReceiptDelivery, ReceiptGrant
 from kuitti.models.receipts import GrantReason
-from kuitti.partners.keys import INVALID_KEY
+from kuitti.partners.keys import INVALID_KEY, look_up_holder
 
 MAX_LIST_LIMIT = 200
 DEFAULT_LIST_LIMIT = 50
@@ -151,6 +151,11 @@ _READABLE = {
 }
 
 
+def _holds_the_key(partner: type[Partner]) -> ColumnElement[bool]:
+    """``partner`` is enabled and holds the key of ``bindparam("digest")``."""
+    return and_(partner.api_key_hash == bindparam("digest"), partner.disabled_at.is_(None))
+
+
 # A partner key's read, its check on every request included, in one statement: the enabled
 # partner of the key digest, and (outer-joined, so a valid key that may not read the receipt
 # still finds its partner: 404, not 401) the receipt, its poster and the right to read it.
@@ -163,12 +168,7 @@ _READABLE_WITH_KEY = (
         and_(Receipt.id == bindparam("receipt_id"), _partner_may_read(_KEY_PARTNER.id.expression)),
     )
     .outerjoin(Partner, Partner.id == Receipt.partner_id)
-    .where(_KEY_PARTNER.api_key_hash == bindparam("digest"), _KEY_PARTNER.disabled_at.is_(None))
-)
-
-# The list's key check: the enabled partner of a key digest.
-_KEY_READER = select(Partner.id, Partner.sandbox).where(
-    Partner.api_key_hash == bindparam("digest"), Partner.disabled_at.is_(None)
+    .where(_holds_the_key(_KEY_PARTNER))
 )
 
 
@@ -208,21 +208,17 @@ async def readable_receipt_by_key(
 
 
 async def key_reader(db: Database, digest: str) -> Reader:
-    """The partner of a key digest as a reader; 401 when no enabled partner holds it."""
-    rows = await db.read_rows_async(_KEY_READER, {"digest": digest})
-    if not rows:
+    """The partner of a key digest as a reader; 401 when no enabled partner holds it. Off the
+    hot paths (the reads check the key in their own statements), so the one key lookup."""
+    holder = await db.run_read(look_up_holder, db, digest)
+    if holder is None:
         raise Unauthorized(INVALID_KEY)
-    partner_id, sandbox = rows[0]
-    return Reader(partner_id=partner_id, sandbox=sandbox)
+    return Reader(partner_id=holder.id, sandbox=holder.sandbox)
 
 
 def _key_partner(column: InstrumentedAttribute[Any]) -> ColumnElement[Any]:
     """``column`` of the enabled partner of ``bindparam("digest")``, as a scalar subquery."""
-    return (
-        select(column)
-        .where(Partner.api_key_hash == bindparam("digest"), Partner.disabled_at.is_(None))
-        .scalar_subquery()
-    )
+    return select(column).where(_holds_the_key(Partner)).scalar_subquery()
 
 
 @cache
@@ -383,30 +379,21 @@ def _relations_shown(
     originals: dict[uuid.UUID, uuid.UUID],
     purchases: list[uuid.UUID],
 ) -> dict[uuid.UUID, dict[str, Any]]:
-    with db.session(write=False) as session:
-        return _relations_read(session, reader, originals, purchases)
-
-
-def _relations_read(
-    session: Session,
-    reader: Reader,
-    originals: dict[uuid.UUID, uuid.UUID],
-    purchases: list[uuid.UUID],
-) -> dict[uuid.UUID, dict[str, Any]]:
     returns: dict[uuid.UUID, list[uuid.UUID]] = {}
-    if purchases:
-        linked = session.execute(
-            select(Receipt.original_receipt_id, Receipt.id)
-            .where(Receipt.original_receipt_id.in_(purchases))
-            .order_by(Receipt.receipt_time, Receipt.id)
-        )
-        for purchase, linked_return in linked:
-            assert purchase is not None
-            returns.setdefault(purchase, []).append(linked_return)
-    wanted = set(originals.values()) | {r for ids in returns.values() for r in ids}
-    if not wanted:
-        return {}
-    readable = _readable_ids(session, reader, wanted)
+    with db.session(write=False) as session:
+        if purchases:
+            linked = session.execute(
+                select(Receipt.original_receipt_id, Receipt.id)
+                .where(Receipt.original_receipt_id.in_(purchases))
+                .order_by(Receipt.receipt_time, Receipt.id)
+            )
+            for purchase, linked_return in linked:
+                assert purchase is not None
+                returns.setdefault(purchase, []).append(linked_return)
+        wanted = set(originals.values()) | {r for ids in returns.values() for r in ids}
+        if not wanted:
+            return {}
+        readable = _readable_ids(session, reader, wanted)
     relations: dict[uuid.UUID, dict[str, Any]] = {}
     for receipt_id, original in originals.items():
         if original in readable:
