@@ -62,6 +62,7 @@ from kuitti.cards.rules import (
 from kuitti.clock import iso_utc
 from kuitti.config import Settings
 from kuitti.db import table
+from kuitti.ids import new_id
 from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_DELAY
 from kuitti.models import Card, Receipt
 from kuitti.models.cards import (
@@ -134,7 +135,7 @@ def _row(
     paid_at = datetime.fromisoformat(stamp).astimezone(UTC)
     shown = pan.parse_shown(attrs.maskedPAN) if attrs is not None and attrs.maskedPAN else None
     row: dict[str, Any] = {
-        "id": uuid.uuid4(),
+        "id": new_id(),
         "receipt_id": receipt_id,
         "payment_index": index,
         "status": PaymentStatus.WAITING.value,
@@ -516,7 +517,7 @@ class Matcher:
             )
         record.reason = {"why": "matched", "checked_at": iso_utc(self.now)}
         match = CardMatch(
-            id=uuid.uuid4(),
+            id=new_id(),
             payment_id=record.id,
             receipt_id=record.receipt_id,
             card_id=card.id,

@@ -23,6 +23,7 @@ from kuitti.clock import iso_utc
 from kuitti.config import Settings
 from kuitti.delivery.service import reading_connections
 from kuitti.errors import Conflict, ErrorDetail, InvalidRequest, NotFound
+from kuitti.ids import new_id
 from kuitti.metrics import CARD_MATCHING_SECONDS
 from kuitti.models import Card, Namespace, Partner
 from kuitti.models.cards import CardMatch, CardPurchase, CardTransaction, TransactionType
@@ -101,7 +102,7 @@ def enroll_card(
             existing.user_id = user_id
         return existing, False
     card = Card(
-        id=uuid.uuid4(),
+        id=new_id(),
         partner_id=issuer.id,
         sandbox=issuer.sandbox,
         partner_card_id=request.partner_card_id,
@@ -228,12 +229,12 @@ def record_transaction(
     purchase = _purchase_for(session, card, request, now=now)
     new_purchase = purchase.id is None
     if new_purchase:
-        purchase.id = uuid.uuid4()
+        purchase.id = new_id()
         session.add(purchase)
     purchase.authorization_code = purchase.authorization_code or request.authorization_code
     purchase.reference_number = purchase.reference_number or request.reference_number
     txn = CardTransaction(
-        id=uuid.uuid4(),
+        id=new_id(),
         card_id=card.id,
         purchase_id=purchase.id,
         transaction_type=request.transaction_type.value,

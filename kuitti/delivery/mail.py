@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from kuitti import outbox
 from kuitti.config import Settings
 from kuitti.delivery.emails import MailContent, receipt_email
+from kuitti.ids import new_id
 from kuitti.logs import log
 from kuitti.metrics import MAIL_MESSAGES
 from kuitti.models import MailMessage, Receipt
@@ -57,7 +58,7 @@ def enqueue_receipt_mail(
 
 def _enqueue(session: Session, to: str, now: datetime, **what: object) -> MailMessage:
     message = MailMessage(
-        id=uuid.uuid4(),
+        id=new_id(),
         to_address=to,
         status=MailStatus.PENDING,
         attempt_count=0,

@@ -16,6 +16,7 @@ from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from kuitti.db import Base
+from kuitti.ids import new_id
 
 
 class Card(Base):
@@ -36,7 +37,7 @@ class Card(Base):
         Index("ix_cards_partner_card_id", "partner_card_id"),
     )
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), index=True)
     partner_card_id: Mapped[str] = mapped_column(String(200))
     masked_pan: Mapped[str] = mapped_column(String(19))
@@ -67,7 +68,7 @@ class CardPurchase(Base):
 
     __tablename__ = "card_purchases"
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     card_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("cards.id"), index=True)
     merchant_id: Mapped[str] = mapped_column(String(200))
     merchant_name: Mapped[str] = mapped_column(String(500))
@@ -91,7 +92,7 @@ class CardTransaction(Base):
         Index("ix_card_transactions_card", "card_id", "merchant_id", "occurred_at"),
     )
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     card_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("cards.id"))
     purchase_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("card_purchases.id"), index=True)
     transaction_type: Mapped[str] = mapped_column(String(16))
@@ -157,7 +158,7 @@ class CardPaymentRecord(Base):
         Index("uq_card_payments_receipt_index", "receipt_id", "payment_index", unique=True),
     )
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"))
     payment_index: Mapped[int]
     status: Mapped[str] = mapped_column(String(16))
@@ -186,7 +187,7 @@ class CardMatch(Base):
 
     __tablename__ = "card_matches"
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     payment_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("card_payments.id"), unique=True)
     receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"), index=True)
     card_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("cards.id"), index=True)

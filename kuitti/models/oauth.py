@@ -8,6 +8,7 @@ from sqlalchemy import JSON, ForeignKey, Index, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from kuitti.db import Base
+from kuitti.ids import new_id
 
 
 class Connection(Base):
@@ -29,7 +30,7 @@ class Connection(Base):
         ),
     )
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id"), index=True)
     partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), index=True)
     scope: Mapped[str] = mapped_column(String(200))

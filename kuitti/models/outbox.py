@@ -12,6 +12,7 @@ from sqlalchemy import CheckConstraint, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from kuitti.db import Base
+from kuitti.ids import new_id
 
 
 class DeliveryStatus(StrEnum):
@@ -36,7 +37,7 @@ class OutboxRow:
 
     PENDING: ClassVar[str] = "pending"  # the status of a row waiting to be sent, in both outboxes
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4, sort_order=-1)
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id, sort_order=-1)
     status: Mapped[str] = mapped_column(String(16))
     attempt_count: Mapped[int] = mapped_column(default=0)
     next_attempt_at: Mapped[datetime]

@@ -8,6 +8,7 @@ from sqlalchemy import JSON, ForeignKey, String
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from kuitti.db import Base
+from kuitti.ids import new_id
 
 
 class PartnerRole(StrEnum):
@@ -22,7 +23,7 @@ class Partner(Base):
 
     __tablename__ = "partners"
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(200))
     roles: Mapped[list[str]] = mapped_column(JSON)
     api_key_hash: Mapped[str] = mapped_column(String(64), unique=True)

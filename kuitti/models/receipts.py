@@ -9,6 +9,7 @@ from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from kuitti.db import Base
+from kuitti.ids import new_id
 
 
 class Receipt(Base):
@@ -42,7 +43,7 @@ class Receipt(Base):
         ),
     )
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     # Indexed first in ix_receipts_partner_number.
     partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"))
     document: Mapped[str] = mapped_column(Text)
@@ -101,7 +102,7 @@ class ReceiptGrant(Base):
         Index("ix_receipt_grants_reading", "partner_id", "receipt_id"),
     )
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"))
     receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"), index=True)
     receipt_time: Mapped[datetime]

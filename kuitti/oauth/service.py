@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from kuitti import locks, security
 from kuitti.clock import as_utc
 from kuitti.config import Settings
+from kuitti.ids import new_id
 from kuitti.inputs import has_nul
 from kuitti.models import AuthorizationCode, Connection, Partner, PartnerRole, User
 from kuitti.oauth import tokens
@@ -299,7 +300,7 @@ def connect(
     connection = active_connection(session, user.id, partner.id)
     if connection is None:
         connection = Connection(
-            id=uuid.uuid4(),
+            id=new_id(),
             user_id=user.id,
             partner_id=partner.id,
             scope=scope_string(scopes),

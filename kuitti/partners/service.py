@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from kuitti import security
 from kuitti.clock import iso_utc
+from kuitti.ids import new_id
 from kuitti.models import Namespace, Partner, PartnerRole
 
 NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}$")
@@ -100,7 +101,7 @@ def create_partner(
     client_secret = security.new_client_secret() if is_app and not public_client else None
     webhook_key = security.new_webhook_key() if webhook_url else None
     partner = Partner(
-        id=uuid.uuid4(),
+        id=new_id(),
         name=name.strip(),
         roles=sorted({r.value for r in roles}),
         api_key_hash=security.hash_secret(api_key),

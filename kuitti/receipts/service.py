@@ -30,6 +30,7 @@ from kuitti.db import table
 from kuitti.delivery import links
 from kuitti.delivery.tokens import Status, TokenStatus, deliver_tokens
 from kuitti.errors import Conflict, KuittiError
+from kuitti.ids import new_id
 from kuitti.metrics import RECEIPT_TOKENS
 from kuitti.models import IdempotencyRecord, Partner, Receipt, ReceiptGrant, ReceiptLink
 from kuitti.models.receipts import GrantReason
@@ -171,7 +172,7 @@ def _store(
 ) -> CreatedReceipt:
     doc = request.receipt
     receipt = Receipt(
-        id=uuid.uuid4(),
+        id=new_id(),
         partner_id=partner.id,
         document=orjson.dumps(request.document).decode(),
         document_hash=request.document_hash,
@@ -332,7 +333,7 @@ def _store_together(
     for posting in postings:
         request, now = posting.request, posting.now
         doc = request.receipt
-        receipt_id = uuid.uuid4()
+        receipt_id = new_id()
         ids = _receipt_ids(posting)
         statuses = [TokenStatus(TokenType.RECEIPT_ID, Status.LINK_CREATED) for _ in ids]
         receipts.append(
@@ -355,7 +356,7 @@ def _store_together(
         # A new receipt has no grants yet: the poster's needs no existence check.
         grants.append(
             {
-                "id": uuid.uuid4(),
+                "id": new_id(),
                 "partner_id": posting.holder.id,
                 "receipt_id": receipt_id,
                 "receipt_time": doc.receipt_time,

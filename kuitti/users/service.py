@@ -25,6 +25,7 @@ from kuitti import locks, security
 from kuitti.clock import as_utc, iso_utc
 from kuitti.config import Settings
 from kuitti.delivery.mail import enqueue_mail
+from kuitti.ids import new_id
 from kuitti.models import (
     Card,
     CardMatch,
@@ -86,7 +87,7 @@ def create_user(
     if session.scalar(select(User.id).where(User.email == normalized)) is not None:
         raise UserInputError(f"a user with the address {normalized} already exists")
     user = User(
-        id=uuid.uuid4(),
+        id=new_id(),
         email=normalized,
         password_hash=hash_password(password),
         email_verified_at=now if verified else None,

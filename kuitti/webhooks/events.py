@@ -7,11 +7,11 @@ and a crash after commit loses nothing.
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from kuitti.ids import new_id
 from kuitti.models import Connection, Partner, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
 from kuitti.wakeups import CommitWakeup
@@ -29,7 +29,7 @@ def enqueue(
     if not partner.webhook_url:
         return None
     delivery = WebhookDelivery(
-        id=uuid.uuid4(),
+        id=new_id(),
         partner_id=partner.id,
         notification_type=payload.notification_type.value,
         payload=payload.body().decode(),
