@@ -1,19 +1,24 @@
-"""The connection pool (a connection that went away while idle is replaced before it is used)
-and the driver path of the hottest reads (``Database.read_rows``)."""
+"""The connection pool (a connection that went away while idle is replaced before it is used),
+the driver path of the hottest reads (``Database.read_rows``) and of the ingest writer's
+inserts (``Database.insert_rows``)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import bindparam, func, make_url, select, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import bindparam, func, insert, make_url, select, text
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from kuitti.db import Database
-from kuitti.models import Partner
+from kuitti.db import Database, table
+from kuitti.ids import new_id
+from kuitti.models import Partner, Receipt, ReceiptGrant
+from kuitti.models.receipts import GrantReason
 from kuitti.services import Services
 from tests.conftest import free_port
 from tests.factories import make_partner
@@ -159,3 +164,92 @@ def test_an_async_read_without_the_loops_pool_reads_the_same(services: Services)
     assert expected
     assert asyncio.run(without_pool()) == expected
     assert asyncio.run(with_pool()) == expected
+
+
+def _receipt_rows(partner_id: uuid.UUID, now: datetime, *numbers: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": new_id(),
+            "partner_id": partner_id,
+            "document": "{}",
+            "document_hash": "0" * 64,
+            "receipt_number": number,
+            "receipt_time": now,
+            "receipt_timestamp": now.isoformat(),
+            "merchant_name": "Kauppa Oy",
+            "total": 1250,
+            "currency": "EUR",
+            "token_statuses": [{"type": "RECEIPT_ID", "status": "link_created"}],
+            "return_count": 0,
+            "created_at": now,
+            "sandbox": True,
+        }
+        for number in numbers
+    ]
+
+
+def _grant_row(partner_id: uuid.UUID, receipt_id: uuid.UUID, now: datetime) -> dict[str, Any]:
+    return {
+        "id": new_id(),
+        "partner_id": partner_id,
+        "receipt_id": receipt_id,
+        "receipt_time": now,
+        "reason": GrantReason.POSTED,
+    }
+
+
+def _stored(services: Services) -> list[tuple[Any, ...]]:
+    columns = [c for c in table(Receipt).c if c.name != "id"]
+    with services.db.session(write=False) as session:
+        return [tuple(row) for row in session.execute(select(*columns).order_by(Receipt.id))]
+
+
+def test_insert_rows_stores_what_a_session_insert_stores(services: Services) -> None:
+    """The driver path converts each parameter by its column's type as SQLAlchemy does (UUIDs,
+    aware datetimes, JSON, booleans); a grant inserted after its receipt in the same call sees
+    it (the order of the mapping is the order of the inserts)."""
+    partner = make_partner(services).partner
+    now = services.clock.now()
+    by_session, by_driver = (
+        _receipt_rows(partner.id, now, "R-1"),
+        _receipt_rows(partner.id, now, "R-1"),
+    )
+    grant = _grant_row(partner.id, by_driver[0]["id"], now)
+    with services.db.session() as session:
+        session.execute(insert(table(Receipt)), by_session)
+    with services.db.session() as session:
+        services.db.insert_rows(session, {Receipt: by_driver, ReceiptGrant: [grant]})
+    first, second = _stored(services)
+    assert first == second
+    assert [type(value) for value in first] == [type(value) for value in second]
+    with services.db.session(write=False) as session:
+        stored = session.get(ReceiptGrant, grant["id"])
+        assert stored is not None
+        assert (stored.receipt_id, stored.receipt_time, stored.reason) == (
+            by_driver[0]["id"],
+            now,
+            "posted",
+        )
+
+
+def test_insert_rows_needs_every_column_with_a_python_default(services: Services) -> None:
+    partner = make_partner(services).partner
+    rows = _receipt_rows(partner.id, services.clock.now(), "R-1")
+    del rows[0]["return_count"]
+    with services.db.session() as session, pytest.raises(ValueError, match="return_count"):
+        services.db.insert_rows(session, {Receipt: rows})
+    assert _stored(services) == []
+
+
+def test_a_refused_row_fails_the_whole_insert_and_hides_the_values(services: Services) -> None:
+    """A duplicate key in the last table of the call: SQLAlchemy's error, as a session's
+    would be, without the bound values; the transaction rolls back and nothing is stored."""
+    partner = make_partner(services).partner
+    now = services.clock.now()
+    receipts = _receipt_rows(partner.id, now, "R-1", "R-2")
+    grant = _grant_row(partner.id, receipts[0]["id"], now)
+    with pytest.raises(IntegrityError) as refused, services.db.session() as session:
+        services.db.insert_rows(session, {Receipt: receipts, ReceiptGrant: [grant, grant]})
+    assert "parameters hidden" in str(refused.value)
+    assert str(partner.id.hex) not in str(refused.value)
+    assert _stored(services) == []

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, assert_never
 
-from sqlalchemy import and_, insert, or_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from kuitti.cards import pan, wakeups
@@ -61,7 +61,7 @@ from kuitti.cards.rules import (
 )
 from kuitti.clock import iso_utc
 from kuitti.config import Settings
-from kuitti.db import table
+from kuitti.db import database_of
 from kuitti.ids import new_id
 from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_DELAY
 from kuitti.models import Card, Receipt
@@ -104,9 +104,13 @@ def record_card_payments(
 
 def insert_card_payments(session: Session, rows: list[dict[str, Any]]) -> None:
     """Insert payments of ``card_payment_rows`` (of any number of receipts) in one statement."""
-    if not rows:
-        return
-    session.execute(insert(table(CardPaymentRecord)), rows)
+    announce_card_payments(session, rows)
+    database_of(session).insert_rows(session, {CardPaymentRecord: rows})
+
+
+def announce_card_payments(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Wake the matching worker after the commit if any of these payments waits for it; the
+    wake-up is sent at commit, so it may be announced before the rows are inserted."""
     if any(row["status"] == PaymentStatus.WAITING.value for row in rows):
         wakeups.MATCHING.announce(session)
 

@@ -20,19 +20,26 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from kuitti import locks
-from kuitti.cards.matching import card_payment_rows, insert_card_payments, record_card_payments
+from kuitti.cards.matching import announce_card_payments, card_payment_rows, record_card_payments
 from kuitti.config import Settings
-from kuitti.db import table
+from kuitti.db import database_of
 from kuitti.delivery import links
 from kuitti.delivery.tokens import Status, TokenStatus, deliver_tokens
 from kuitti.errors import Conflict, KuittiError
 from kuitti.ids import new_id
 from kuitti.metrics import RECEIPT_TOKENS
-from kuitti.models import IdempotencyRecord, Partner, Receipt, ReceiptGrant, ReceiptLink
+from kuitti.models import (
+    CardPaymentRecord,
+    IdempotencyRecord,
+    Partner,
+    Receipt,
+    ReceiptGrant,
+    ReceiptLink,
+)
 from kuitti.models.receipts import GrantReason
 from kuitti.partners.keys import KeyHolder, current_key_holders
 from kuitti.receipts import returns
@@ -349,6 +356,7 @@ def _store_together(
                 "total": doc.totalPriceIncVAT,
                 "currency": doc.currencyISOCode,
                 "token_statuses": [{"type": t.type.value, "status": t.status} for t in statuses],
+                "return_count": 0,
                 "created_at": now,
                 "sandbox": posting.holder.sandbox,
             }
@@ -386,15 +394,20 @@ def _store_together(
                 }
             )
         answers.append((200, body))
-    session.execute(insert(table(Receipt)), receipts)
-    session.execute(insert(table(ReceiptGrant)), grants)
+    announce_card_payments(session, payments)
+    database_of(session).insert_rows(
+        session,
+        {
+            Receipt: receipts,
+            ReceiptGrant: grants,
+            ReceiptLink: receipt_links,
+            IdempotencyRecord: records,
+            CardPaymentRecord: payments,
+        },
+    )
     if receipt_links:
-        session.execute(insert(table(ReceiptLink)), receipt_links)
         RECEIPT_TOKENS.labels(TokenType.RECEIPT_ID.value, Status.LINK_CREATED.value).inc(
             len(receipt_links)
         )
-    if records:
-        session.execute(insert(table(IdempotencyRecord)), records)
-    insert_card_payments(session, payments)
     _count_stored(session, len(receipts))
     return answers
