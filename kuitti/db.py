@@ -306,6 +306,7 @@ class Database:
                 for query, rows in work:
                     sql, values = query.sql, [query.parameters(row) for row in rows]
                     cursor.executemany(sql, values)
+                cursor.close()
         except self.engine.dialect.loaded_dbapi.Error as error:
             raise self._database_error(error, sql, values) from error
 
