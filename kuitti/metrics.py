@@ -37,6 +37,11 @@ def count_request(method: str, route: str, status: int, seconds: float) -> None:
 
 
 RECEIPTS_CREATED = Counter("kuitti_receipts_created_total", "Receipts stored")
+INGEST_BATCH = Histogram(
+    "kuitti_ingest_batch_receipts",
+    "Receipt posts written by one committed transaction of a process's ingest writer",
+    buckets=(1, 2, 5, 10, 25, 50, 100, 256),
+)
 
 # Webhooks (kuitti/webhooks/worker.py)
 WEBHOOKS_SENT = Counter(

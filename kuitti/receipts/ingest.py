@@ -31,7 +31,7 @@ from kuitti.config import Settings
 from kuitti.db import Database
 from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, Unauthorized
 from kuitti.logs import log
-from kuitti.metrics import RECEIPTS_CREATED
+from kuitti.metrics import INGEST_BATCH, RECEIPTS_CREATED
 from kuitti.models import PartnerRole
 from kuitti.partners.keys import (
     INVALID_KEY,
@@ -180,6 +180,7 @@ def write_batch(db: Database, settings: Settings, postings: list[Posting]) -> li
             outcomes = create_receipts(session, settings, postings)
             stored = stored_receipts(session)
         RECEIPTS_CREATED.inc(stored)  # committed
+        INGEST_BATCH.observe(len(postings))
         return outcomes
     except Exception as exc:
         if len(postings) == 1:

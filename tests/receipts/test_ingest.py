@@ -309,3 +309,26 @@ def test_the_checks_answer_in_their_order(client: httpx.Client, services: Servic
         == 415
     )
     assert stored_numbers(services) == []
+
+
+def _batch_metric(server: LiveServer) -> tuple[float, float]:
+    """(transactions, receipt posts) of ``kuitti_ingest_batch_receipts`` so far."""
+    values = {"count": 0.0, "sum": 0.0}
+    for line in httpx.get(f"{server.url}/metrics").text.splitlines():
+        name, _, value = line.rpartition(" ")
+        for part in values:
+            if name == f"kuitti_ingest_batch_receipts_{part}":
+                values[part] = float(value)
+    return values["count"], values["sum"]
+
+
+def test_the_batch_metric_counts_transactions_and_their_receipts(
+    live_server: LiveServer, services: Services
+) -> None:
+    count_before, sum_before = _batch_metric(live_server)
+    responses = post_numbered(live_server, services, [f"B-{i}" for i in range(5)])
+    assert [r.status_code for r in responses.values()] == [200] * 5
+    count, total = _batch_metric(live_server)
+    assert total - sum_before == 5
+    # The first post may start a transaction of its own before the others arrive.
+    assert count - count_before in (1, 2)
