@@ -298,7 +298,7 @@ class Database:
         if not work:
             return
         driver = session.connection().connection.driver_connection
-        pipeline = driver.pipeline() if isinstance(driver, psycopg.Connection) else nullcontext()
+        pipeline = nullcontext() if self.is_sqlite else driver.pipeline()  # type: ignore[union-attr]
         sql, values = "", []
         try:
             with pipeline:
