@@ -19,6 +19,7 @@ the requests answered). The database server's own CPU is not included.
     .venv/bin/python bench/ingest.py                      # both databases, 2 processes, 50 clients
     .venv/bin/python bench/ingest.py --workers 1,2,4 --seconds 10
     .venv/bin/python bench/ingest.py --database sqlite --clients 50 --seconds 10
+    .venv/bin/python bench/ingest.py --what-if    # and with parts made free (bench/what_if.py)
 
 PostgreSQL runs use a fresh database made from KUITTI_TEST_POSTGRES_URL (default
 postgresql://kuitti:kuitti@127.0.0.1:5432/postgres) and drop it afterwards.
@@ -78,7 +79,7 @@ class Result:
 
     def line(self) -> str:
         return (
-            f"{self.name:<30} {self.requests_per_second:>7.0f} /s  p50 {self.p50_ms:>6.1f} ms"
+            f"{self.name:<38} {self.requests_per_second:>7.0f} /s  p50 {self.p50_ms:>6.1f} ms"
             f"  p99 {self.p99_ms:>6.1f} ms  CPU {self.cpu_ms_per_op:>5.2f} ms/op"
             f"  RSS {self.peak_rss_mb:>4.0f} MB  non-2xx {self.non_2xx}"
         )
@@ -361,31 +362,53 @@ def kuitti_instance(kind: str) -> Iterator[tuple[Path, dict[str, str], str, str 
         yield workdir, env, json.loads(created.stdout)["api_key"], url
 
 
-def kuitti_command(port: int, workers: int, serve_args: str) -> list[str]:
+def kuitti_command(
+    port: int, workers: int, serve_args: str, app: str = "kuitti.asgi:app_from_environment"
+) -> list[str]:
     """What ``kuitti serve --workers N --no-worker`` runs, with a longer worker health check:
     on a busy machine a worker's imports can outlast uvicorn's 5 s default and the supervisor
-    then kills and respawns it for ever."""
+    then kills and respawns it for ever. ``app`` is the app factory (``bench/what_if.py``)."""
     return [
-        str(BIN / "uvicorn"), "kuitti.asgi:app_from_environment", "--factory",
+        str(BIN / "uvicorn"), app, "--factory",
         "--port", str(port), "--workers", str(workers), *UVICORN_ARGS,
         "--proxy-headers", "--no-server-header", *serve_args.split(),
     ]  # fmt: skip
 
 
-def bench_kuitti(kind: str, bodies: list[bytes], workers: int, args: argparse.Namespace) -> Result:
+WHAT_IF = {
+    "without_writer": "no writer",
+    "without_models": "no models",
+    "without_either": "neither",
+}
+"""``bench/what_if.py``'s factories and their labels."""
+
+
+def bench_kuitti(
+    kind: str,
+    bodies: list[bytes],
+    workers: int,
+    args: argparse.Namespace,
+    what_if: str | None = None,
+) -> Result:
     with kuitti_instance(kind) as (workdir, env, api_key, url):
         script = workdir / "post.lua"
         wrk_script(bodies, api_key, script)
         port = free_port()
+        app, label = "kuitti.asgi:app_from_environment", f"kuitti {kind}"
+        if what_if is not None:
+            env["PYTHONPATH"] = str(ROOT)
+            app, label = f"bench.what_if:{what_if}", f"{label}, {WHAT_IF[what_if]}"
+        stores = what_if not in ("without_writer", "without_either")
         return measure(
-            f"kuitti {kind} ({workers} proc)",
-            kuitti_command(port, workers, args.serve_args),
+            f"{label} ({workers} proc)",
+            kuitti_command(port, workers, args.serve_args, app),
             env,
             port,
             script,
             args,
             workdir,
-            stored=receipt_counter(url, workdir),
+            # Without the writer, CPU is per answered post.
+            stored=receipt_counter(url, workdir) if stores else None,
         )
 
 
@@ -417,6 +440,12 @@ def main() -> None:
     parser.add_argument(
         "--serve-args", default="", help="extra arguments for uvicorn serving kuitti"
     )
+    parser.add_argument(
+        "--what-if",
+        action="store_true",
+        help="also kuitti without the writer, without Pydantic's models, and without either "
+        "(bench/what_if.py): what each part costs a served post",
+    )
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is needed: apt-get install wrk")
@@ -441,8 +470,9 @@ def main() -> None:
             )
             print(results[-1].line(), flush=True)
         for kind in kinds:
-            results.append(bench_kuitti(kind, bodies, workers, args))
-            print(results[-1].line(), flush=True)
+            for what_if in [None, *(WHAT_IF if args.what_if else ())]:
+                results.append(bench_kuitti(kind, bodies, workers, args, what_if))
+                print(results[-1].line(), flush=True)
         for result in results:
             share = 100 * result.requests_per_second / ceiling.requests_per_second
             print(f"  {result.name}: {share:.1f} % of the parse-only ceiling")
