@@ -379,6 +379,7 @@ WHAT_IF = {
     "without_writer": "no writer",
     "without_models": "no models",
     "without_either": "neither",
+    "without_commit_wait": "answered before commit",
 }
 """``bench/what_if.py``'s factories and their labels."""
 
@@ -443,8 +444,8 @@ def main() -> None:
     parser.add_argument(
         "--what-if",
         action="store_true",
-        help="also kuitti without the writer, without Pydantic's models, and without either "
-        "(bench/what_if.py): what each part costs a served post",
+        help="also kuitti without the writer, without Pydantic's models, without either, and "
+        "answering before the commit (bench/what_if.py): what each part costs a served post",
     )
     args = parser.parse_args()
     if not shutil.which("wrk"):

@@ -10,11 +10,16 @@ Each function is an ASGI app factory for uvicorn (``--factory``), like
 - ``without_models``: Pydantic builds each distinct document's models once and hands the same
   ones back after that (keyed by the document's JSON, which costs about 0.02 ms), so validation
   keeps the JSON edge and the rules across fields but neither builds nor frees models;
-- ``without_either``: both.
+- ``without_either``: both;
+- ``without_commit_wait``: each post is answered as soon as it joins the writer's queue, and
+  the writer stores it as usual afterwards (kuitti never answers before the commit: this only
+  tells the writer's CPU apart from the clients' wait for it). If the writer cannot keep up, its
+  queue grows for the whole run: the CPU per *stored* receipt and the peak RSS show it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from types import ModuleType
 from typing import Any
 
@@ -27,23 +32,38 @@ from kuitti.db import Database
 from kuitti.delivery import links
 from kuitti.ids import new_id
 from kuitti.receipts import ingest, validation
+from kuitti.receipts.ingest import Ingest
 from kuitti.receipts.schema import Receipt
 from kuitti.receipts.service import CreatedReceipt, Outcome, Posting
 
 
+def _unstored_answer(settings: Settings) -> Outcome:
+    """A post's answer as the writer gives it, for a receipt that is not stored."""
+    receipt_id = new_id()
+    body = CreatedReceipt(
+        receipt_id=receipt_id,
+        receipt_links=[],
+        tokens=[],
+        receipt_web_url=links.private_link(settings, receipt_id),
+    ).as_json()
+    return Outcome(answer=(200, body))
+
+
 def _answer_unstored(_db: Database, settings: Settings, postings: list[Posting]) -> list[Outcome]:
     """``ingest.write_batch``'s answers without the database."""
-    outcomes = []
-    for _ in postings:
-        receipt_id = new_id()
-        body = CreatedReceipt(
-            receipt_id=receipt_id,
-            receipt_links=[],
-            tokens=[],
-            receipt_web_url=links.private_link(settings, receipt_id),
-        ).as_json()
-        outcomes.append(Outcome(answer=(200, body)))
-    return outcomes
+    return [_unstored_answer(settings) for _ in postings]
+
+
+_queue_and_wait = Ingest._write
+_writes: set[asyncio.Task[Outcome]] = set()
+
+
+async def _answer_at_once(self: Ingest, posting: Posting) -> Outcome:
+    """``Ingest._write`` answering when the posting is queued, not when it is committed."""
+    write = asyncio.create_task(_queue_and_wait(self, posting))
+    _writes.add(write)
+    write.add_done_callback(_writes.discard)
+    return _unstored_answer(self.services.settings)
 
 
 class _RememberedReceipts:
@@ -61,12 +81,12 @@ class _RememberedReceipts:
         return built
 
 
-def _replace(module: ModuleType, name: str, stand_in: object) -> None:
-    """Replace a module global that the code reads at call time; refuse a name the module no
-    longer has, so that a renamed part fails here instead of measuring nothing."""
-    if name not in vars(module):
-        raise SystemExit(f"bench/what_if.py: {module.__name__} has no {name} any more")
-    vars(module)[name] = stand_in
+def _replace(owner: ModuleType | type, name: str, stand_in: object) -> None:
+    """Replace a module global or a method that the code looks up at call time; refuse a name
+    the owner no longer has, so that a renamed part fails here instead of measuring nothing."""
+    if name not in vars(owner):
+        raise SystemExit(f"bench/what_if.py: {owner.__name__} has no {name} any more")
+    setattr(owner, name, stand_in)
 
 
 def _free_writer() -> None:
@@ -75,6 +95,11 @@ def _free_writer() -> None:
 
 def _free_models() -> None:
     _replace(validation, "Receipt", _RememberedReceipts())
+
+
+def without_commit_wait() -> FastAPI:
+    _replace(Ingest, "_write", _answer_at_once)
+    return app_from_environment()
 
 
 def without_writer() -> FastAPI:
