@@ -79,7 +79,7 @@ class Result:
 
     def line(self) -> str:
         return (
-            f"{self.name:<38} {self.requests_per_second:>7.0f} /s  p50 {self.p50_ms:>6.1f} ms"
+            f"{self.name:<40} {self.requests_per_second:>7.0f} /s  p50 {self.p50_ms:>6.1f} ms"
             f"  p99 {self.p99_ms:>6.1f} ms  CPU {self.cpu_ms_per_op:>5.2f} ms/op"
             f"  RSS {self.peak_rss_mb:>4.0f} MB  non-2xx {self.non_2xx}"
         )
@@ -379,7 +379,7 @@ WHAT_IF = {
     "without_writer": "no writer",
     "without_models": "no models",
     "without_either": "neither",
-    "without_commit_wait": "answered before commit",
+    "without_commit_wait": "early answer",
 }
 """``bench/what_if.py``'s factories and their labels."""
 

@@ -49,7 +49,7 @@ def _unstored_answer(settings: Settings) -> Outcome:
     return Outcome(answer=(200, body))
 
 
-def _answer_unstored(_db: Database, settings: Settings, postings: list[Posting]) -> list[Outcome]:
+def _write_nothing(_db: Database, settings: Settings, postings: list[Posting]) -> list[Outcome]:
     """``ingest.write_batch``'s answers without the database."""
     return [_unstored_answer(settings) for _ in postings]
 
@@ -90,7 +90,7 @@ def _replace(owner: ModuleType | type, name: str, stand_in: object) -> None:
 
 
 def _free_writer() -> None:
-    _replace(ingest, "write_batch", _answer_unstored)
+    _replace(ingest, "write_batch", _write_nothing)
 
 
 def _free_models() -> None:
