@@ -16,6 +16,11 @@ CPU per receipt is the user+system CPU of the whole server process tree, read fr
 and after the measured run, divided by the receipts the database gained (for the references, by
 the requests answered). The database server's own CPU is not included.
 
+Each server is measured once every one of its processes has finished starting (its process
+tree's CPU stands still), then warmed up for 3 s. ``wrk`` keeps its connections for the whole
+run, so a process still starting when they open would serve few clients all along; each line
+ends with how the clients' connections were split between the processes (``clients 27+23``).
+
     .venv/bin/python bench/ingest.py                      # both databases, 2 processes, 50 clients
     .venv/bin/python bench/ingest.py --workers 1,2,4 --seconds 10
     .venv/bin/python bench/ingest.py --database sqlite --clients 50 --seconds 10
@@ -76,12 +81,15 @@ class Result:
     non_2xx: int
     peak_rss_mb: float
     cpu_ms_per_op: float
+    split: list[int]
+    """The clients' connections held by each server process, one second into the run."""
 
     def line(self) -> str:
         return (
             f"{self.name:<40} {self.requests_per_second:>7.0f} /s  p50 {self.p50_ms:>6.1f} ms"
             f"  p99 {self.p99_ms:>6.1f} ms  CPU {self.cpu_ms_per_op:>5.2f} ms/op"
             f"  RSS {self.peak_rss_mb:>4.0f} MB  non-2xx {self.non_2xx}"
+            f"  clients {'+'.join(map(str, self.split))}"
         )
 
 
@@ -169,6 +177,36 @@ def tree_cpu_seconds(pid: int) -> float:
     return ticks / CLOCK_TICKS
 
 
+def connection_split(pid: int, port: int) -> list[int]:
+    """How many established connections to ``port`` each process of the tree holds, most first
+    (from the socket inodes in /proc/<pid>/fd and the kernel's table of TCP connections)."""
+    established: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if int(fields[1].rpartition(":")[2], 16) == port and fields[3] == "01":
+                established.add(fields[9])  # the socket's inode
+    held = [len(_socket_inodes(current) & established) for current in process_tree(pid)]
+    return sorted((count for count in held if count), reverse=True)
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets a process holds open (``socket:[inode]`` in /proc/<pid>/fd)."""
+    inodes = set()
+    try:
+        descriptors = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return set()
+    for descriptor in descriptors:
+        try:
+            target = str(descriptor.readlink())
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
 class RssSampler(threading.Thread):
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -195,12 +233,31 @@ def wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
     raise SystemExit("server did not become ready")
 
 
+def wait_settled(pid: int) -> None:
+    """Until every process of the server has finished starting: its tree's CPU stands still.
+
+    The first process to answer the readiness check is not the last to start. One still
+    importing when ``wrk`` opens its connections takes few of them, and the same connections
+    carry the whole run, so the measurement would be of one process serving most clients (a
+    split of 46 to 4 was seen). Waiting until the tree is idle makes every run start even."""
+    deadline = time.monotonic() + 60
+    before = tree_cpu_seconds(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = tree_cpu_seconds(pid)
+        if now - before < 0.05:  # under a tenth of a core over half a second
+            return
+        before = now
+    raise SystemExit("the server's processes kept busy after it was ready")
+
+
 @contextmanager
 def running(command: list[str], env: dict[str, str], ready_url: str, log: Path) -> Iterator[int]:
     with log.open("wb") as sink:
         process = subprocess.Popen(command, env=env, stdout=sink, stderr=sink)
     try:
         wait_ready(ready_url, process)
+        wait_settled(process.pid)
         yield process.pid
     finally:
         process.send_signal(signal.SIGTERM)
@@ -294,7 +351,11 @@ def measure(
         sampler.start()
         before_count = stored() if stored else 0
         before_cpu = tree_cpu_seconds(pid)
+        split: list[int] = []
+        probe = threading.Timer(1.0, lambda: split.extend(connection_split(pid, port)))
+        probe.start()
         run = run_wrk(url, script, args.clients, args.seconds)
+        probe.join()
         cpu = tree_cpu_seconds(pid) - before_cpu
         operations = stored() - before_count if stored else run.requests - run.non_2xx
         sampler.stopped.set()
@@ -307,6 +368,7 @@ def measure(
         run.non_2xx,
         sampler.peak_kb / 1024,
         1000 * cpu / max(operations, 1),
+        split,
     )
 
 
@@ -380,6 +442,7 @@ WHAT_IF = {
     "without_models": "no models",
     "without_either": "neither",
     "without_commit_wait": "early answer",
+    "without_post": "framework only",
 }
 """``bench/what_if.py``'s factories and their labels."""
 
@@ -399,7 +462,7 @@ def bench_kuitti(
         if what_if is not None:
             env["PYTHONPATH"] = str(ROOT)
             app, label = f"bench.what_if:{what_if}", f"{label}, {WHAT_IF[what_if]}"
-        stores = what_if not in ("without_writer", "without_either")
+        stores = what_if not in ("without_writer", "without_either", "without_post")
         return measure(
             f"{label} ({workers} proc)",
             kuitti_command(port, workers, args.serve_args, app),

@@ -11,6 +11,9 @@ Each function is an ASGI app factory for uvicorn (``--factory``), like
   ones back after that (keyed by the document's JSON, which costs about 0.02 ms), so validation
   keeps the JSON edge and the rules across fields but neither builds nor frees models;
 - ``without_either``: both;
+- ``without_post``: the post is answered at once with a fresh id, the body read but neither
+  parsed, validated nor stored, so what is left is the framework, the middleware and the answer
+  (kuitti's floor, to hold beside the parse-only ceiling);
 - ``without_commit_wait``: each post is answered as soon as it joins the writer's queue, and
   the writer stores it as usual afterwards (kuitti never answers before the commit: this only
   tells the writer's CPU apart from the clients' wait for it). If the writer cannot keep up, its
@@ -95,6 +98,18 @@ def _free_writer() -> None:
 
 def _free_models() -> None:
     _replace(validation, "Receipt", _RememberedReceipts())
+
+
+async def _answer_unread(self: Ingest, body: bytes, **_headers: str | None) -> tuple[int, Any]:
+    """``Ingest.post`` with nothing between the body and the answer."""
+    outcome = _unstored_answer(self.services.settings)
+    assert outcome.answer is not None
+    return outcome.answer
+
+
+def without_post() -> FastAPI:
+    _replace(Ingest, "post", _answer_unread)
+    return app_from_environment()
 
 
 def without_commit_wait() -> FastAPI:
