@@ -510,8 +510,9 @@ def main() -> None:
     parser.add_argument(
         "--what-if",
         action="store_true",
-        help="also kuitti without the writer, without Pydantic's models, without either, and "
-        "answering before the commit (bench/what_if.py): what each part costs a served post",
+        help="also kuitti without the writer, without Pydantic's models, without either, "
+        "answering before the commit, and with nothing but the framework (bench/what_if.py): "
+        "what each part costs a served post",
     )
     args = parser.parse_args()
     if not shutil.which("wrk"):
