@@ -249,6 +249,35 @@ class Database:
             connection.close()
         return [query.converted(row) for row in rows]
 
+    def session_rows(
+        self, session: Session, statement: Select[*tuple[Any, ...]], params: Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """``read_rows`` inside ``session``'s transaction, on its connection: for a hot lookup
+        that must see what the transaction commits against (the ingest writer's check of its
+        batch's key holders). ``session.execute`` costs such a read about 0.3 ms of CPU more."""
+        query = self._direct_query(statement)
+        values = query.parameters(params)
+        cursor = _driver_of(session).cursor()
+        try:
+            cursor.execute(query.sql, values)
+            rows = cursor.fetchall()
+        except self.engine.dialect.loaded_dbapi.Error as error:
+            raise self._database_error(error, query.sql, values) from error
+        finally:
+            cursor.close()
+        return [query.converted(row) for row in rows]
+
+    def run_in(self, session: Session, sql: str) -> None:
+        """A statement with no parameters and no rows (``NOTIFY``) in ``session``'s
+        transaction, straight on the driver like ``session_rows``."""
+        cursor = _driver_of(session).cursor()
+        try:
+            cursor.execute(sql)
+        except self.engine.dialect.loaded_dbapi.Error as error:
+            raise self._database_error(error, sql, ()) from error
+        finally:
+            cursor.close()
+
     async def read_rows_async(
         self, statement: Select[*tuple[Any, ...]], params: Mapping[str, Any]
     ) -> list[tuple[Any, ...]]:
@@ -297,12 +326,12 @@ class Database:
         ]
         if not work:
             return
-        driver = session.connection().connection.driver_connection
-        pipeline = nullcontext() if self.is_sqlite else driver.pipeline()  # type: ignore[union-attr]
+        driver = _driver_of(session)
+        pipeline = nullcontext() if self.is_sqlite else driver.pipeline()
         sql, values = "", []
         try:
             with pipeline:
-                cursor = driver.cursor()  # type: ignore[union-attr]
+                cursor = driver.cursor()
                 for query, rows in work:
                     sql, values = query.sql, [query.parameters(row) for row in rows]
                     cursor.executemany(sql, values)
@@ -370,6 +399,11 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _driver_of(session: Session) -> Any:
+    """The driver's connection under ``session``, its transaction begun."""
+    return session.connection().connection.driver_connection
 
 
 async def _fetch_all(pool: AsyncConnectionPool, sql: str, values: Any) -> list[tuple[Any, ...]]:

@@ -16,10 +16,10 @@ import threading
 from collections.abc import AsyncIterator, Callable
 
 import psycopg
-from sqlalchemy import event, make_url, text
+from sqlalchemy import event, make_url
 from sqlalchemy.orm import Session
 
-from kuitti.db import Database
+from kuitti.db import Database, database_of
 from kuitti.logs import log
 
 LISTEN_RETRY_SECONDS = 1.0
@@ -40,8 +40,9 @@ class CommitWakeup:
         if session.info.get(self._announced):
             return
         session.info[self._announced] = True
-        if session.get_bind().dialect.name == "postgresql":
-            session.execute(text(f"NOTIFY {self.channel}"))
+        db = database_of(session)
+        if not db.is_sqlite:
+            db.run_in(session, f"NOTIFY {self.channel}")
 
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` (from any thread) after each commit that announced work here;

@@ -1,6 +1,6 @@
 """The connection pool (a connection that went away while idle is replaced before it is used),
-the driver path of the hottest reads (``Database.read_rows``) and of the ingest writer's
-inserts (``Database.insert_rows``)."""
+the driver path of the hottest reads (``Database.read_rows``, ``session_rows``) and of the ingest
+writer's statements (``Database.insert_rows``, ``run_in``)."""
 
 from __future__ import annotations
 
@@ -68,6 +68,59 @@ def test_read_rows_gives_the_values_a_session_gives(services: Services) -> None:
         [type(value) for value in row] for row in expected
     ]
     assert services.db.read_rows(statement, {"until": datetime(2000, 1, 1, tzinfo=UTC)}) == []
+
+
+def test_session_rows_reads_inside_the_sessions_transaction(services: Services) -> None:
+    """What the session wrote and has not committed is seen, converted as a session converts
+    it; once the session rolls back, it is gone."""
+    partner = make_partner(services).partner
+    statement = select(Partner.id, Partner.name, Partner.roles, Partner.disabled_at).where(
+        Partner.id == bindparam("id")
+    )
+    with pytest.raises(_RolledBack), services.db.session() as session:
+        row = session.get(Partner, partner.id)
+        assert row is not None
+        row.name, row.disabled_at = "Uusi Oy", services.clock.now()
+        session.flush()
+        expected = [tuple(r) for r in session.execute(statement, {"id": partner.id})]
+        got = services.db.session_rows(session, statement, {"id": partner.id})
+        assert got == expected
+        assert got[0][1] == "Uusi Oy"
+        assert [type(value) for value in got[0]] == [type(value) for value in expected[0]]
+        raise _RolledBack
+    [(_, name, _, disabled_at)] = services.db.read_rows(statement, {"id": partner.id})
+    assert (name, disabled_at) == (partner.name, None)
+
+
+class _RolledBack(Exception):
+    pass
+
+
+def test_a_failed_session_read_is_sqlalchemys_error_without_values(services: Services) -> None:
+    statement = select(func.no_such_function(bindparam("secret")))
+    with pytest.raises(DBAPIError) as failed, services.db.session() as session:
+        services.db.session_rows(session, statement, {"secret": "s3cr3t-digest"})
+    assert "parameters hidden" in str(failed.value)
+    assert "s3cr3t-digest" not in str(failed.value)
+
+
+@pytest.mark.postgres_only
+def test_run_in_sends_its_statement_in_the_sessions_transaction(services: Services) -> None:
+    """A ``NOTIFY`` run on the driver is delivered when the session commits, and not at all
+    when it rolls back: it is part of the session's transaction."""
+    url = make_url(services.db.url).set(drivername="postgresql")
+    with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as listener:
+        listener.execute("LISTEN kuitti_test_channel")
+        with pytest.raises(_RolledBack), services.db.session() as session:
+            services.db.run_in(session, "NOTIFY kuitti_test_channel, 'rolled back'")
+            raise _RolledBack
+        with services.db.session() as session:
+            services.db.run_in(session, "NOTIFY kuitti_test_channel, 'committed'")
+            listener.execute("SELECT 1")
+            assert list(listener.notifies(timeout=0, stop_after=1)) == []
+        listener.execute("SELECT 1")
+        payloads = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+    assert payloads == ["committed"]
 
 
 def test_read_rows_refuses_an_expanding_parameter(services: Services) -> None:
