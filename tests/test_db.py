@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +15,7 @@ import psycopg
 import pytest
 from sqlalchemy import bindparam, func, insert, make_url, select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.orm import Session
 
 from kuitti.db import Database, table
 from kuitti.ids import new_id
@@ -77,7 +79,8 @@ def test_session_rows_reads_inside_the_sessions_transaction(services: Services) 
     statement = select(Partner.id, Partner.name, Partner.roles, Partner.disabled_at).where(
         Partner.id == bindparam("id")
     )
-    with pytest.raises(_RolledBack), services.db.session() as session:
+
+    def read_own_write(session: Session) -> None:
         row = session.get(Partner, partner.id)
         assert row is not None
         row.name, row.disabled_at = "Uusi Oy", services.clock.now()
@@ -87,13 +90,26 @@ def test_session_rows_reads_inside_the_sessions_transaction(services: Services) 
         assert got == expected
         assert got[0][1] == "Uusi Oy"
         assert [type(value) for value in got[0]] == [type(value) for value in expected[0]]
-        raise _RolledBack
+
+    _rolled_back(services.db, read_own_write)
     [(_, name, _, disabled_at)] = services.db.read_rows(statement, {"id": partner.id})
     assert (name, disabled_at) == (partner.name, None)
 
 
 class _RolledBack(Exception):
     pass
+
+
+def _rolled_back(db: Database, work: Callable[[Session], None]) -> None:
+    """Run ``work`` in a write session that then rolls back."""
+
+    def run() -> None:
+        with db.session() as session:
+            work(session)
+            raise _RolledBack
+
+    with pytest.raises(_RolledBack):
+        run()
 
 
 def test_a_failed_session_read_is_sqlalchemys_error_without_values(services: Services) -> None:
@@ -111,9 +127,12 @@ def test_run_in_sends_its_statement_in_the_sessions_transaction(services: Servic
     url = make_url(services.db.url).set(drivername="postgresql")
     with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as listener:
         listener.execute("LISTEN kuitti_test_channel")
-        with pytest.raises(_RolledBack), services.db.session() as session:
-            services.db.run_in(session, "NOTIFY kuitti_test_channel, 'rolled back'")
-            raise _RolledBack
+        _rolled_back(
+            services.db,
+            lambda session: services.db.run_in(
+                session, "NOTIFY kuitti_test_channel, 'rolled back'"
+            ),
+        )
         with services.db.session() as session:
             services.db.run_in(session, "NOTIFY kuitti_test_channel, 'committed'")
             listener.execute("SELECT 1")
