@@ -196,20 +196,20 @@ def advisories(request: ReceiptRequest) -> list[Advisory]:
         )
     digits = int(get_currency_precision(doc.currencyISOCode))
     for i, product in enumerate(doc.products):
-        if purchase and Decimal(product.quantity) < 0:
+        if purchase and Decimal(product["quantity"]) < 0:
             warn(
                 "negative_quantity",
                 ("products", i, "quantity"),
                 "a negative quantity on a PURCHASE; a returned item belongs on a RETURN receipt.",
             )
-        for j, discount in enumerate(product.discounts or ()):
+        for j, discount in enumerate(product.get("discounts") or ()):
             if discount.amount < 0:
                 warn(
                     "negative_discount",
                     ("products", i, "discounts", j, "amount"),
                     "a negative discount raises the price; discounts are positive amounts.",
                 )
-        unit_price = product.unitPriceIncVATDecimal
+        unit_price = product.get("unitPriceIncVATDecimal")
         if unit_price is not None and _decimals(unit_price) > digits:
             warn(
                 "sub_unit_precision",

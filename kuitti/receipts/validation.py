@@ -29,7 +29,7 @@ from pydantic_core import ErrorDetails
 from kuitti.cards.pan import contains_card_number
 from kuitti.errors import ErrorDetail, InvalidRequest
 from kuitti.inputs import json_path, parse_json, parse_json_fully
-from kuitti.receipts.schema import PATTERN_MESSAGES, Receipt
+from kuitti.receipts.schema import PATTERN_MESSAGES, Receipt, row_type_at
 
 MAX_TOKENS = 50
 TOKEN_TEXT_MAX = 4096
@@ -259,6 +259,8 @@ def _message_for(error: ErrorDetails) -> str:
     if kind == "extra_forbidden":
         return "unexpected field."
     message = error["msg"].removeprefix("Value error, ")
+    if kind == "dict_type" and (row := row_type_at(error["loc"])) is not None:
+        message = f"Input should be a valid dictionary or instance of {row}"
     if kind == "string_pattern_mismatch":  # decimal text: our words, not the pattern
         message = PATTERN_MESSAGES.get(str(error.get("ctx", {}).get("pattern")), message)
     # Never echo inputs back: a mistaken full card number must not reach a log or a response.
@@ -395,36 +397,36 @@ def check_rules(
             "totalAmountExcVAT + totalVATAmount",
         )
     for i, product in enumerate(receipt.products):
-        parts = product.vats
+        parts = product["vats"]
         if len(parts) == 1:  # the usual row, checked with no loop and no call
             part = parts[0]
-            exc, inc = part.totalAmountExcVAT, part.totalAmountIncVAT
+            exc, inc = part["totalAmountExcVAT"], part["totalAmountIncVAT"]
             if (
-                product.totalAmountExcVAT == exc
-                and product.totalAmountIncVAT == inc
-                and inc == exc + part.VATAmount
+                product["totalAmountExcVAT"] == exc
+                and product["totalAmountIncVAT"] == inc
+                and inc == exc + part["VATAmount"]
             ):
                 continue
         else:
-            exc = sum(v.totalAmountExcVAT for v in parts)
-            inc = sum(v.totalAmountIncVAT for v in parts)
+            exc = sum(v["totalAmountExcVAT"] for v in parts)
+            inc = sum(v["totalAmountIncVAT"] for v in parts)
         total(
             ("products", i, "totalAmountExcVAT"),
-            product.totalAmountExcVAT,
+            product["totalAmountExcVAT"],
             exc,
             "the sum of its vats[].totalAmountExcVAT",
         )
         total(
             ("products", i, "totalAmountIncVAT"),
-            product.totalAmountIncVAT,
+            product["totalAmountIncVAT"],
             inc,
             "the sum of its vats[].totalAmountIncVAT",
         )
         for j, part in enumerate(parts):
             total(
                 ("products", i, "vats", j, "totalAmountIncVAT"),
-                part.totalAmountIncVAT,
-                part.totalAmountExcVAT + part.VATAmount,
+                part["totalAmountIncVAT"],
+                part["totalAmountExcVAT"] + part["VATAmount"],
                 "totalAmountExcVAT + VATAmount",
             )
     if receipt.kind == "PURCHASE" and receipt.payments is not None:

@@ -399,13 +399,13 @@ def _journey(journey: schema.Journey, f: Formatter) -> JourneyView:
 
 def _row(product: schema.Product, f: Formatter) -> RowView:
     try:
-        quantity = f.number(Decimal(product.quantity))
+        quantity = f.number(Decimal(product["quantity"]))
     except InvalidOperation:
-        quantity = product.quantity
+        quantity = product["quantity"]
     category = None
     tags: tuple[str, ...] = ()
-    if product.categorization is not None:
-        c = product.categorization
+    c = product.get("categorization")
+    if c is not None:
         category = " / ".join(str(p) for p in (c.main, c.product, c.sub) if p is not None)
         tags = tuple(c.tags or ())
     discounts = tuple(
@@ -415,24 +415,25 @@ def _row(product: schema.Product, f: Formatter) -> RowView:
             amount_minor=d.amount,
             percentage=f.rate(d.percentage) if d.percentage else None,
         )
-        for d in product.discounts or ()
+        for d in product.get("discounts") or ()
     )
+    journey = product.get("journey")
     return RowView(
-        name=product.name,
+        name=product["name"],
         quantity=quantity,
-        unit=_unit(product.quantityCode, f.locale),
-        unit_price=f.money(product.unitPriceIncVAT),
-        total=f.money(product.totalAmountIncVAT),
-        total_excl_vat=f.money(product.totalAmountExcVAT),
-        vat_rates=" / ".join(f.rate(v.VATRate) for v in product.vats),
-        ean=product.EANCode,
-        product_id=product.productId,
-        free_text=product.freeText,
+        unit=_unit(product["quantityCode"], f.locale),
+        unit_price=f.money(product["unitPriceIncVAT"]),
+        total=f.money(product["totalAmountIncVAT"]),
+        total_excl_vat=f.money(product["totalAmountExcVAT"]),
+        vat_rates=" / ".join(f.rate(v["VATRate"]) for v in product["vats"]),
+        ean=product.get("EANCode"),
+        product_id=product.get("productId"),
+        free_text=product.get("freeText"),
         category=category or None,
         tags=tags,
         discounts=discounts,
-        custom_attributes=_pairs(product.customAttributes),
-        journey=_journey(product.journey, f) if product.journey else None,
+        custom_attributes=_pairs(product.get("customAttributes")),
+        journey=_journey(journey, f) if journey else None,
     )
 
 

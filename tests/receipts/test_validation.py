@@ -92,7 +92,7 @@ class TestValidDocuments:
         doc["payments"].append({"type": "CASH", "amount": 0, "attributes": {"handedAmount": 1000}})
         doc["payments"].append({"type": "GIFT_CARD", "amount": 0, "attributes": {"code": "G1"}})
         request = parse_receipt_request(orjson.dumps(doc), attachments_enabled=True)
-        assert request.receipt.products[0].journey is not None
+        assert request.receipt.products[0].get("journey") is not None
         assert request.document == doc
 
     def test_sixty_rows_and_three_rates(self) -> None:
@@ -403,6 +403,30 @@ SHAPE_CASES: list[tuple[str, Mutation, str, str]] = [
 )
 def test_field_rules(change: Mutation, code: str, path: str) -> None:
     assert only_error(mutated(change), attachments=True) == (code, path)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            lambda d: d["products"].__setitem__(0, "Maito"),
+            "products[0]: input should be a valid dictionary or instance of Product.",
+        ),
+        (
+            lambda d: d["products"][0]["vats"].__setitem__(0, None),
+            "products[0].vats[0]: input should be a valid dictionary or instance of ProductVat.",
+        ),
+        (
+            lambda d: d["vats"].__setitem__(0, 12),
+            "vats[0]: input should be a valid dictionary or instance of ReceiptVat.",
+        ),
+    ],
+)
+def test_a_row_that_is_not_an_object(change: Mutation, expected: str) -> None:
+    """Rows are typed dicts for speed (kuitti/receipts/schema.py), but their error still names
+    the row type as it did when they were models, like the models' errors around them."""
+    [error] = errors_of(mutated(change))
+    assert error == {"error": "invalid_type", "decription": expected}
 
 
 def test_full_card_number_is_never_echoed() -> None:

@@ -468,16 +468,16 @@ class _Builder:
             self.add(status, "PaymentMethodText", text(method, 35))
 
     def row_texts(self, product: schema.Product) -> list[str]:
-        lines = chunks(product.freeText, 512)
-        if product.categorization is not None:
-            c = product.categorization
+        lines = chunks(product.get("freeText"), 512)
+        c = product.get("categorization")
+        if c is not None:
             parts = [str(p) for p in (c.main, c.product, c.sub) if p is not None]
             tags = f" ({', '.join(c.tags)})" if c.tags else ""
             lines.extend(chunks(f"Tuoteryhmä / Category: {' / '.join(parts)}{tags}", 512))
-        for item in product.customAttributes or ():
+        for item in product.get("customAttributes") or ():
             for key, value in item.items():
                 lines.extend(chunks(f"{key}: {value}", 512))
-        for discount in product.discounts or ():
+        for discount in product.get("discounts") or ():
             rate = percent(discount.percentage) if discount.percentage else None
             share = f" ({rate or discount.percentage} %)" if discount.percentage else ""
             lines.extend(
@@ -487,7 +487,7 @@ class _Builder:
                     512,
                 )
             )
-        journey = product.journey
+        journey = product.get("journey")
         if journey is not None:
             route = f"{journey.type} {journey.id or ''}".strip()
             lines.extend(
@@ -529,22 +529,23 @@ class _Builder:
         digits = self.digits
 
         for index, product in enumerate(self.doc.products, start=1):
-            split = len(product.vats) > 1
+            split = len(product["vats"]) > 1
             texts = self.row_texts(product)
-            qty = quantity(product.quantity)
-            unit = text(product.quantityCode, 14)
-            unit_un = UNITS_UN.get(product.quantityCode.strip().lower())
+            qty = quantity(product["quantity"])
+            unit = text(product["quantityCode"], 14)
+            unit_un = UNITS_UN.get(product["quantityCode"].strip().lower())
             qty_items: list[tuple[str, str]] = []
             if unit:
                 qty_items.append(("QuantityUnitCode", unit))
             if unit_un:
                 qty_items.append(("QuantityUnitCodeUN", unit_un))
             qty_attr = _attributes(tuple(qty_items))
-            name = text(product.name, 100)
-            article = text(product.productId, 70)
-            ean = text(product.EANCode, 35) if product.EANCode else None
+            name = text(product["name"], 100)
+            article = text(product.get("productId"), 70)
+            ean_code = product.get("EANCode")
+            ean = text(ean_code, 35) if ean_code else None
             ean_attr = ' SchemeID="0160"' if ean and ean_check_valid(ean) else ""
-            for part, vat in enumerate(product.vats, start=1):
+            for part, vat in enumerate(product["vats"], start=1):
                 row = _Lines("InvoiceRow", 1)
                 root.children.append(row)
                 out = row.parts
@@ -558,7 +559,7 @@ class _Builder:
                 put("EanCode", ean, ean_attr)
                 put("DeliveredQuantity", qty, qty_attr)
                 put("InvoicedQuantity", qty, qty_attr)
-                journey = product.journey
+                journey = product.get("journey")
                 if journey is not None:
                     for tag, stop in (
                         ("StartDate", journey.origin),
@@ -569,38 +570,39 @@ class _Builder:
                             put(tag, finnish_date(moment), date_attr)
                 if not split:
                     try:
-                        count = Decimal(product.quantity)
+                        count = Decimal(product["quantity"])
                     except InvalidOperation:
                         count = Decimal(0)
-                    if count != 0 and not product.discounts:
-                        net = Decimal(vat.totalAmountExcVAT).scaleb(-digits) / count
+                    if count != 0 and not product.get("discounts"):
+                        net = Decimal(vat["totalAmountExcVAT"]).scaleb(-digits) / count
                         put("UnitPriceAmount", decimal_amount(net), money_attr)
                     put("UnitPriceVatIncludedAmount", self.unit_price(product), money_attr)
                 put("RowPositionIdentifier", f"{index}.{part}" if split else str(index))
                 if part == 1:
                     for line in texts:
                         put("RowFreeText", line)
-                    discounts = product.discounts or []
+                    discounts = product.get("discounts") or []
                     if discounts and not split:
                         if len(discounts) == 1 and discounts[0].percentage:
                             put("RowDiscountPercent", percent(discounts[0].percentage))
                         total = sum(abs(d.amount) for d in discounts)
                         put("RowDiscountAmount", amount(total, digits), money_attr)
                         put("RowDiscountTypeText", text(discounts[0].description, 35))
-                put("RowVatRatePercent", percent(vat.VATRate))
-                put("RowVatCode", vat_code(vat.VATRate, None))
-                put("RowVatAmount", amount(vat.VATAmount, digits), money_attr)
-                put("RowVatExcludedAmount", amount(vat.totalAmountExcVAT, digits), money_attr)
-                put("RowAmount", amount(vat.totalAmountIncVAT, digits), money_attr)
+                put("RowVatRatePercent", percent(vat["VATRate"]))
+                put("RowVatCode", vat_code(vat["VATRate"], None))
+                put("RowVatAmount", amount(vat["VATAmount"], digits), money_attr)
+                put("RowVatExcludedAmount", amount(vat["totalAmountExcVAT"], digits), money_attr)
+                put("RowAmount", amount(vat["totalAmountIncVAT"], digits), money_attr)
 
     def unit_price(self, product: schema.Product) -> str | None:
-        if product.unitPriceIncVATDecimal:
+        decimal = product.get("unitPriceIncVATDecimal")
+        if decimal:
             try:
-                return decimal_amount(Decimal(product.unitPriceIncVATDecimal))
+                return decimal_amount(Decimal(decimal))
             except InvalidOperation:
                 pass
         try:
-            return amount(product.unitPriceIncVAT, self.digits)
+            return amount(product["unitPriceIncVAT"], self.digits)
         except FinvoiceLimitError:
             return None
 
@@ -644,7 +646,7 @@ class _Builder:
         self.transmission(root)
         self.seller(root)
         self.buyer(root)
-        rows_exc_total = sum(v.totalAmountExcVAT for p in self.doc.products for v in p.vats)
+        rows_exc_total = sum(v["totalAmountExcVAT"] for p in self.doc.products for v in p["vats"])
         self.invoice_details(root, rows_exc_total)
         self.payment(root)
         self.rows(root)
