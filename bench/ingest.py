@@ -410,6 +410,9 @@ def kuitti_instance(kind: str) -> Iterator[tuple[Path, dict[str, str], str, str 
         workdir = Path(tmp)
         env = {
             **os.environ,
+            # This tree's kuitti, wherever the bench is started from (a worktree of an older
+            # commit measured beside this one, say).
+            "PYTHONPATH": str(ROOT),
             "KUITTI_VAR_DIR": str(workdir / "var"),
             "KUITTI_LOG_LEVEL": "INFO",
             RUN_WORKER_ENV: "0",
@@ -432,9 +435,11 @@ def kuitti_command(
 ) -> list[str]:
     """What ``kuitti serve --workers N --no-worker`` runs, with a longer worker health check:
     on a busy machine a worker's imports can outlast uvicorn's 5 s default and the supervisor
-    then kills and respawns it for ever. ``app`` is the app factory (``bench/what_if.py``)."""
+    then kills and respawns it for ever. ``app`` is the app factory (``bench/what_if.py``).
+    The app is imported from this tree: uvicorn's default ``--app-dir`` is the working
+    directory, so a bench run from another checkout measured that checkout's code."""
     return [
-        str(BIN / "uvicorn"), app, "--factory",
+        str(BIN / "uvicorn"), app, "--factory", "--app-dir", str(ROOT),
         "--port", str(port), "--workers", str(workers), *UVICORN_ARGS,
         "--proxy-headers", "--no-server-header", *serve_args.split(),
     ]  # fmt: skip
@@ -463,7 +468,6 @@ def bench_kuitti(
         port = free_port()
         app, label = "kuitti.asgi:app_from_environment", f"kuitti {kind}"
         if what_if is not None:
-            env["PYTHONPATH"] = str(ROOT)
             app, label = f"bench.what_if:{what_if}", f"{label}, {WHAT_IF[what_if]}"
         stores = what_if not in ("without_writer", "without_either", "without_post")
         return measure(
