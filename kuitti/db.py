@@ -7,6 +7,11 @@ SQLite needs care to be a good embedded default: WAL so readers never wait for t
 ``synchronous=NORMAL`` (durable across a process crash; only a power loss can lose the newest
 commits), and write transactions that start with ``BEGIN IMMEDIATE`` behind an in-process lock, so
 concurrent writers queue instead of failing with ``database is locked`` halfway through.
+
+Why one long module: the sessions and the driver-level paths of the hottest statements (the
+reads, the reads and statements inside a session, the writer's inserts) share one cache of
+compiled statements and one conversion of driver errors to SQLAlchemy's; apart, each would
+reach into the others' privates.
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ The request path (docs/architecture.md, "The receipt post"):
    process, looked up in a thread only on first sight), the role, the headers and the
    validation of the body.
 2. The validated posting joins the queue of this process's writer and waits. The writer takes
-   every posting waiting, stores them in one transaction (``service.create_receipts``: the
-   key holders read again, then a few multi-row inserts), commits once, and only then answers
-   each of them. While it writes, the next postings gather for the next commit.
+   every posting waiting, builds their rows (``service.prepare_postings``), then stores them in
+   one transaction (``service.create_receipts``: the key holders read again, then a few
+   multi-row inserts), commits once, and only then answers each of them. While it writes, the
+   next postings gather for the next commit.
 3. If the batch fails as a whole (a unique row taken by another process meanwhile, a database
    error), it is rolled back and each posting is written alone, so one bad receipt fails only
    its own request.
@@ -48,6 +49,7 @@ from kuitti.receipts.service import (
     Outcome,
     Posting,
     create_receipts,
+    prepare_postings,
     stored_receipts,
 )
 from kuitti.services import Services
@@ -174,10 +176,13 @@ def _validated(
 
 
 def write_batch(db: Database, settings: Settings, postings: list[Posting]) -> list[Outcome]:
-    """Store ``postings`` in one transaction; if it fails as a whole, each one alone."""
+    """Store ``postings`` in one transaction; if it fails as a whole, each one alone. Their
+    rows are built before the transaction begins, so that it holds SQLite's write lock only to
+    write (``service.prepare_postings``)."""
     try:
+        batch = prepare_postings(settings, postings)
         with db.session() as session:
-            outcomes = create_receipts(session, settings, postings)
+            outcomes = create_receipts(session, settings, batch)
             stored = stored_receipts(session)
         RECEIPTS_CREATED.inc(stored)  # committed
         INGEST_BATCH.observe(len(postings))

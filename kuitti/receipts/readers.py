@@ -9,6 +9,9 @@ rule (``_readable_by_partner``), so a receipt is listed exactly when it can be r
   or a card for as long as that source lasts (an active connection; a card not removed that
   still has the holder it had). Ending the consent ends the right at once, whoever ends it: the
   user, the partner, an account deletion or a card removal.
+
+Why one long module: the single read and the list are built from the one rule, and its
+statements are read best next to both of their users.
 """
 
 from __future__ import annotations

@@ -4,12 +4,16 @@ Two plain functions store receipts, both inside the caller's unit of work, so a 
 links, its deliveries and the outbox rows they cause commit together or not at all:
 
 - ``create_receipts`` stores a batch of validated posts (what the ingest writer,
-  ``kuitti.receipts.ingest``, commits together). It checks each post's partner again in this
-  transaction, then writes every receipt that needs nothing but rows of its own (no token but
-  RECEIPT_ID, no identifier or idempotency key already used) with one multi-row insert per
-  table, and hands each of the others to ``create_receipt`` in a savepoint of its own.
+  ``kuitti.receipts.ingest``, commits together), prepared by ``prepare_postings`` before the
+  transaction. It checks each post's partner again in this transaction, then writes every
+  receipt that needs nothing but rows of its own (no token but RECEIPT_ID, no identifier or
+  idempotency key already used) with one multi-row insert per table, and hands each of the
+  others to ``create_receipt`` in a savepoint of its own.
 - ``create_receipt`` stores one receipt, whatever its tokens: resends and duplicates of a
   RECEIPT_ID, idempotent replays, delivery through QR codes, cards, user tokens and e-mail.
+
+Why one long module: the batch's plain inserts and ``create_receipt`` must store a receipt the
+same way (the same rows, the same answer), and are easiest to keep so side by side.
 """
 
 from __future__ import annotations
@@ -226,26 +230,62 @@ def _store(
     )
 
 
-def create_receipts(session: Session, settings: Settings, postings: list[Posting]) -> list[Outcome]:
-    """Store a batch of validated posts in the caller's unit of work; one outcome per posting.
+@dataclass(frozen=True)
+class PlainRows:
+    """The rows of a posting that needs nothing but rows of its own (no token but RECEIPT_ID of
+    its own namespaces, no identifier twice, no original named), and its answer.
+
+    ``prepare_postings`` builds them before the writer's transaction begins: on SQLite the
+    transaction holds the database's one write lock, and every other process's writer waits
+    for it, so nothing that needs no database is done inside it (docs/performance.md, "Eighth
+    round", 4)."""
+
+    receipt: dict[str, Any]
+    grant: dict[str, Any]
+    links: list[dict[str, Any]]
+    payments: list[dict[str, Any]]
+    record: dict[str, Any] | None
+    answer: tuple[int, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A posting, with its rows when it may be stored with plain inserts."""
+
+    posting: Posting
+    rows: PlainRows | None
+
+
+def prepare_postings(settings: Settings, postings: list[Posting]) -> list[Prepared]:
+    """``create_receipts``' work that needs no database, done before its transaction."""
+    return [Prepared(posting, _plain_rows(settings, posting)) for posting in postings]
+
+
+def create_receipts(session: Session, settings: Settings, batch: list[Prepared]) -> list[Outcome]:
+    """Store a batch of validated, prepared posts in the caller's unit of work; one outcome per
+    posting.
 
     A receipt's own errors (a duplicate RECEIPT_ID, an idempotency key reused) are its outcome
     and roll back only its savepoint; any other error propagates, and the caller rolls the whole
     batch back (``kuitti.receipts.ingest`` then writes each posting alone)."""
-    holders = current_key_holders(session, {p.holder.key_digest for p in postings})
-    outcomes = [Outcome() for _ in postings]
+    holders = current_key_holders(session, {p.posting.holder.key_digest for p in batch})
+    outcomes = [Outcome() for _ in batch]
     current: list[int] = []
-    for index, posting in enumerate(postings):
-        if holders.get(posting.holder.key_digest) != posting.holder:
+    for index, prepared in enumerate(batch):
+        if holders.get(prepared.posting.holder.key_digest) != prepared.posting.holder:
             outcomes[index].stale = True
         else:
             current.append(index)
-    together, alone = _sort_postings(session, [postings[i] for i in current])
-    answers = _store_together(session, settings, [postings[current[i]] for i in together])
-    for i, answer in zip(together, answers, strict=True):
-        outcomes[current[i]].answer = answer
+    together, alone = _sort_postings(session, [batch[i] for i in current])
+    plain: list[PlainRows] = []
+    for i in together:
+        rows = batch[current[i]].rows
+        assert rows is not None  # _sort_postings keeps together only postings with rows
+        plain.append(rows)
+        outcomes[current[i]].answer = rows.answer
+    _store_together(session, plain)
     for i in alone:
-        posting = postings[current[i]]
+        posting = batch[current[i]].posting
         stored_before = stored_receipts(session)
         try:
             with session.begin_nested():
@@ -273,37 +313,30 @@ def _receipt_ids(posting: Posting) -> list[tuple[str, str]]:
     ]
 
 
-def _sort_postings(session: Session, postings: list[Posting]) -> tuple[list[int], list[int]]:
-    """Which postings can be stored together with plain inserts, and which need
-    ``create_receipt`` (other tokens, a return naming its purchase, a foreign namespace, or an
-    identifier or idempotency key already used, in the database or by an earlier posting of the
-    batch). Two queries at most."""
+def _sort_postings(session: Session, batch: list[Prepared]) -> tuple[list[int], list[int]]:
+    """Which prepared postings can be stored together with plain inserts, and which need
+    ``create_receipt``: those without plain rows, and those whose identifier or idempotency key
+    is already used, in the database or by an earlier posting of the batch. Two queries at
+    most."""
     used_ids: set[tuple[Any, Any]] = _taken(
         session,
         ReceiptLink.namespace,
         ReceiptLink.identifier,
-        {value for p in postings for _, value in _receipt_ids(p)},
+        {value for p in batch for _, value in _receipt_ids(p.posting)},
     )
     used_keys = _taken(
         session,
         IdempotencyRecord.partner_id,
         IdempotencyRecord.key,
-        {p.idempotency.key for p in postings if p.idempotency is not None},
+        {p.posting.idempotency.key for p in batch if p.posting.idempotency is not None},
     )
     together: list[int] = []
     alone: list[int] = []
-    for index, posting in enumerate(postings):
+    for index, prepared in enumerate(batch):
+        posting = prepared.posting
         ids = _receipt_ids(posting)
         key = (posting.holder.id, posting.idempotency.key) if posting.idempotency else None
-        plain = (
-            all(t.type is TokenType.RECEIPT_ID for t in posting.request.tokens)
-            and all(namespace in posting.holder.namespace_names for namespace, _ in ids)
-            and len(set(ids)) == len(ids)
-            and not posting.request.receipt.names_original
-            and used_ids.isdisjoint(ids)
-            and key not in used_keys
-        )
-        if plain:
+        if prepared.rows is not None and used_ids.isdisjoint(ids) and key not in used_keys:
             together.append(index)
             used_ids.update(ids)
             if key is not None:
@@ -325,83 +358,85 @@ def _taken(
     return {(row[0], row[1]) for row in session.execute(select(owner, name).where(name.in_(names)))}
 
 
-def _store_together(
-    session: Session, settings: Settings, postings: list[Posting]
-) -> list[tuple[int, dict[str, Any]]]:
-    """Insert receipts that need nothing but rows of their own: one statement per table."""
-    if not postings:
-        return []
-    receipts: list[dict[str, Any]] = []
-    grants: list[dict[str, Any]] = []
-    receipt_links: list[dict[str, Any]] = []
-    records: list[dict[str, Any]] = []
-    payments: list[dict[str, Any]] = []
-    answers: list[tuple[int, dict[str, Any]]] = []
-    for posting in postings:
-        request, now = posting.request, posting.now
-        doc = request.receipt
-        receipt_id = new_id()
-        ids = _receipt_ids(posting)
-        statuses = [TokenStatus(TokenType.RECEIPT_ID, Status.LINK_CREATED) for _ in ids]
-        receipts.append(
-            {
-                "id": receipt_id,
-                "partner_id": posting.holder.id,
-                "document": orjson.dumps(request.document).decode(),
-                "document_hash": request.document_hash,
-                "receipt_number": doc.receiptNumber,
-                "receipt_time": doc.receipt_time,
-                "receipt_timestamp": doc.receiptTimeStamp,
-                "merchant_name": doc.merchant.name,
-                "total": doc.totalPriceIncVAT,
-                "currency": doc.currencyISOCode,
-                "token_statuses": [{"type": t.type.value, "status": t.status} for t in statuses],
-                "return_count": 0,
-                "created_at": now,
-                "sandbox": posting.holder.sandbox,
-            }
-        )
+def _plain_rows(settings: Settings, posting: Posting) -> PlainRows | None:
+    """The rows of ``posting`` if it needs nothing but rows of its own; None otherwise."""
+    request, now, holder = posting.request, posting.now, posting.holder
+    doc = request.receipt
+    ids = _receipt_ids(posting)
+    if not (
+        all(t.type is TokenType.RECEIPT_ID for t in request.tokens)
+        and all(namespace in holder.namespace_names for namespace, _ in ids)
+        and len(set(ids)) == len(ids)
+        and not doc.names_original
+    ):
+        return None
+    receipt_id = new_id()
+    statuses = [TokenStatus(TokenType.RECEIPT_ID, Status.LINK_CREATED) for _ in ids]
+    body = CreatedReceipt(
+        receipt_id=receipt_id,
+        receipt_links=[links.namespace_link(settings, ns, value) for ns, value in ids],
+        tokens=statuses,
+        receipt_web_url=links.private_link(settings, receipt_id),
+    ).as_json()
+    record = None
+    if posting.idempotency is not None:
+        record = {
+            "partner_id": holder.id,
+            "key": posting.idempotency.key,
+            "request_hash": posting.idempotency.request_hash,
+            "status_code": 200,
+            "response_body": orjson.dumps(body).decode(),
+            "created_at": now,
+        }
+    return PlainRows(
+        receipt={
+            "id": receipt_id,
+            "partner_id": holder.id,
+            "document": orjson.dumps(request.document).decode(),
+            "document_hash": request.document_hash,
+            "receipt_number": doc.receiptNumber,
+            "receipt_time": doc.receipt_time,
+            "receipt_timestamp": doc.receiptTimeStamp,
+            "merchant_name": doc.merchant.name,
+            "total": doc.totalPriceIncVAT,
+            "currency": doc.currencyISOCode,
+            "token_statuses": [{"type": t.type.value, "status": t.status} for t in statuses],
+            "return_count": 0,
+            "created_at": now,
+            "sandbox": holder.sandbox,
+        },
         # A new receipt has no grants yet: the poster's needs no existence check.
-        grants.append(
-            {
-                "id": new_id(),
-                "partner_id": posting.holder.id,
-                "receipt_id": receipt_id,
-                "receipt_time": doc.receipt_time,
-                "reason": GrantReason.POSTED,
-            }
-        )
-        payments.extend(card_payment_rows(receipt_id, doc, sandbox=posting.holder.sandbox, now=now))
-        receipt_links.extend(
+        grant={
+            "id": new_id(),
+            "partner_id": holder.id,
+            "receipt_id": receipt_id,
+            "receipt_time": doc.receipt_time,
+            "reason": GrantReason.POSTED,
+        },
+        links=[
             {"namespace": namespace, "identifier": identifier, "receipt_id": receipt_id}
             for namespace, identifier in ids
-        )
-        body = CreatedReceipt(
-            receipt_id=receipt_id,
-            receipt_links=[links.namespace_link(settings, ns, value) for ns, value in ids],
-            tokens=statuses,
-            receipt_web_url=links.private_link(settings, receipt_id),
-        ).as_json()
-        if posting.idempotency is not None:
-            records.append(
-                {
-                    "partner_id": posting.holder.id,
-                    "key": posting.idempotency.key,
-                    "request_hash": posting.idempotency.request_hash,
-                    "status_code": 200,
-                    "response_body": orjson.dumps(body).decode(),
-                    "created_at": now,
-                }
-            )
-        answers.append((200, body))
+        ],
+        payments=card_payment_rows(receipt_id, doc, sandbox=holder.sandbox, now=now),
+        record=record,
+        answer=(200, body),
+    )
+
+
+def _store_together(session: Session, rows: list[PlainRows]) -> None:
+    """Insert prepared receipts: one statement per table."""
+    if not rows:
+        return
+    receipt_links = [link for r in rows for link in r.links]
+    payments = [payment for r in rows for payment in r.payments]
     announce_card_payments(session, payments)
     database_of(session).insert_rows(
         session,
         {
-            Receipt: receipts,
-            ReceiptGrant: grants,
+            Receipt: [r.receipt for r in rows],
+            ReceiptGrant: [r.grant for r in rows],
             ReceiptLink: receipt_links,
-            IdempotencyRecord: records,
+            IdempotencyRecord: [r.record for r in rows if r.record is not None],
             CardPaymentRecord: payments,
         },
     )
@@ -409,5 +444,4 @@ def _store_together(
         RECEIPT_TOKENS.labels(TokenType.RECEIPT_ID.value, Status.LINK_CREATED.value).inc(
             len(receipt_links)
         )
-    _count_stored(session, len(receipts))
-    return answers
+    _count_stored(session, len(rows))
