@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import gc
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio.to_thread
 from fastapi import APIRouter, FastAPI, Request
@@ -16,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from kuitti import __version__
 from kuitti.cards.routes import router as cards_router
@@ -24,6 +24,7 @@ from kuitti.config import Settings, load_settings
 from kuitti.db import Database
 from kuitti.dbmigrate import schema_is_current
 from kuitti.delivery.routes import router as delivery_router
+from kuitti.direct import DirectRoutes
 from kuitti.dispatch import install_dispatch
 from kuitti.errors import ErrorDetail, KuittiError
 from kuitti.logs import configure_logging, log
@@ -33,8 +34,9 @@ from kuitti.openapi import add_docs, build_openapi
 from kuitti.paths import STATIC_DIR
 from kuitti.receipts.dry_run import router as dry_run_router
 from kuitti.receipts.ingest import Ingest
+from kuitti.receipts.routes import DIRECT_HANDLERS
 from kuitti.receipts.routes import router as receipts_router
-from kuitti.responses import ORJSONResponse
+from kuitti.responses import ORJSONResponse, error_response
 from kuitti.services import Services
 from kuitti.users.routes import router as users_router
 from kuitti.web import render
@@ -49,6 +51,17 @@ ROUTERS = (
     users_router,
     cards_router,
 )
+
+
+class KuittiAPI(FastAPI):
+    """FastAPI with the routes of ``DIRECT_HANDLERS`` answered in front of its stack
+    (``kuitti.direct``)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        routes = [route for router in ROUTERS for route in router.routes]
+        return DirectRoutes(
+            super().build_middleware_stack(), routes, DIRECT_HANDLERS, self.user_middleware
+        )
 
 
 def create_app(
@@ -94,7 +107,7 @@ def create_app(
                 await worker
             await db.close_async_reads()
 
-    app = FastAPI(
+    app = KuittiAPI(
         title="kuitti",
         version=__version__,
         summary="An open digital receipt service.",
@@ -190,15 +203,10 @@ def _add_slash_twins(router: APIRouter) -> None:
         )
 
 
-def _error_response(details: list[ErrorDetail], status: int, **kwargs: Any) -> ORJSONResponse:
-    body: object = details[0].as_json() if len(details) == 1 else [d.as_json() for d in details]
-    return ORJSONResponse(body, status_code=status, **kwargs)
-
-
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(KuittiError)
     async def kuitti_error(_request: Request, exc: KuittiError) -> Response:
-        return _error_response(exc.details(), exc.status_code, headers=exc.headers())
+        return error_response(exc.details(), exc.status_code, exc.headers())
 
     @app.exception_handler(RequestValidationError)
     async def request_invalid(_request: Request, exc: RequestValidationError) -> Response:
@@ -209,9 +217,9 @@ def _add_error_handlers(app: FastAPI) -> None:
             )
             for e in exc.errors()
         ]
-        return _error_response(details, 400)
+        return error_response(details, 400)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return _error_response([ErrorDetail(code, str(exc.detail))], exc.status_code)
+        return error_response([ErrorDetail(code, str(exc.detail))], exc.status_code)

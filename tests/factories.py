@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+import httpx
 from sqlalchemy.orm import Session
 
 from kuitti.models import Connection, PartnerRole, Receipt, User
@@ -215,3 +216,12 @@ def add_connection(
     )
     session.add(connection)
     return connection
+
+
+def metric(client: httpx.Client, sample: str) -> float:
+    """The value of one sample of ``/metrics`` (a name with its labels), 0 when absent."""
+    for line in client.get("/metrics").text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == sample:
+            return float(value)
+    return 0.0

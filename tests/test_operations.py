@@ -19,7 +19,7 @@ from kuitti.oauth.routes import AccessToken, Revoked
 from kuitti.receipts.answers import ReceiptCreated, ReceiptList, ReceiptValid
 from kuitti.services import Services
 from tests.conftest import make_settings
-from tests.factories import auth, make_partner, receipt_doc, token_body
+from tests.factories import auth, make_partner, metric, receipt_doc, token_body
 
 
 def test_health_and_readiness(client: httpx.Client) -> None:
@@ -76,24 +76,16 @@ def test_metrics_count_requests(client: httpx.Client) -> None:
     assert 'kuitti_http_requests_total{method="GET",route="/healthz",status="200"}' in text
 
 
-def _metric(client: httpx.Client, sample: str) -> float:
-    for line in client.get("/metrics").text.splitlines():
-        name, _, value = line.rpartition(" ")
-        if name == sample:
-            return float(value)
-    return 0.0
-
-
 def test_metrics_count_each_request_under_its_route_and_status(client: httpx.Client) -> None:
     ok = 'kuitti_http_requests_total{method="GET",route="/healthz",status="200"}'
     timed = 'kuitti_http_request_duration_seconds_count{method="GET",route="/healthz"}'
     missing = 'kuitti_http_requests_total{method="GET",route="unmatched",status="404"}'
-    before = [_metric(client, sample) for sample in (ok, timed, missing)]
+    before = [metric(client, sample) for sample in (ok, timed, missing)]
     for _ in range(3):
         client.get("/healthz")
     for _ in range(2):
         client.get("/api/v1/nothing-here")
-    after = [_metric(client, sample) for sample in (ok, timed, missing)]
+    after = [metric(client, sample) for sample in (ok, timed, missing)]
     assert [a - b for a, b in zip(after, before, strict=True)] == [3, 3, 2]
 
 
@@ -108,16 +100,16 @@ def test_metrics_count_each_new_receipt_once(client: httpx.Client, services: Ser
     def post(body: object, **extra: str) -> int:
         return client.post("/api/v1/receipts/", json=body, headers={**headers, **extra}).status_code
 
-    before = _metric(client, created)
+    before = metric(client, created)
     assert post(token_body(receipt_doc(), token)) == 200
-    assert _metric(client, created) - before == 1
+    assert metric(client, created) - before == 1
     assert post(token_body(receipt_doc(), token)) == 200  # an unchanged resend
     assert post(receipt_doc(), **{"Idempotency-Key": "m-1"}) == 200
-    assert _metric(client, created) - before == 2
+    assert metric(client, created) - before == 2
     assert post(receipt_doc(), **{"Idempotency-Key": "m-1"}) == 200  # its replay
     assert post(receipt_doc(receiptNumber="other"), **{"Idempotency-Key": "m-1"}) == 409
     assert post({"receipt": "not a receipt"}) == 400
-    assert _metric(client, created) - before == 2
+    assert metric(client, created) - before == 2
 
 
 def test_unknown_path_is_json_404(client: httpx.Client) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeGuard, TypeVar
@@ -14,6 +14,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kuitti.db import Database
 from kuitti.deps import get_services
@@ -31,7 +32,7 @@ from kuitti.receipts.formats.rendering import cached, etag, render
 from kuitti.receipts.ingest import IDEMPOTENCY_KEY_MAX, Ingest
 from kuitti.receipts.readers import ReadableReceipt, Reader
 from kuitti.receipts.relations import relations
-from kuitti.responses import ORJSONResponse
+from kuitti.responses import ORJSONResponse, error_response
 from kuitti.services import Services
 
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
@@ -128,18 +129,45 @@ RECEIPT_POST_SCHEMA = {
         415: {"description": "Content type is not JSON."},
     },
 )
-async def create_receipt(request: Request) -> ORJSONResponse:
-    # async, with no dependencies: the checks run on the event loop and the write in the
-    # process's one writer thread (kuitti.receipts.ingest), so a post costs no threadpool hops.
-    ingest: Ingest = request.app.state.ingest
-    headers = request.headers
-    status, payload = await ingest.post(
-        await request.body(),
-        authorization=headers.get("authorization"),
-        content_type=headers.get("content-type"),
-        idempotency_key=headers.get("idempotency-key"),
-    )
-    return ORJSONResponse(payload, status_code=status)
+async def create_receipt() -> None:
+    # Declared for the API document (no docstring: it would become the operation's description)
+    # and for the router's answers on this path (a PUT gets its 405 there). The POST itself is
+    # answered in front of FastAPI's stack by ``receive_receipt_post`` (``kuitti.direct``).
+    raise RuntimeError("POST /api/v1/receipts/ is answered by kuitti.direct, not by the router")
+
+
+async def receive_receipt_post(scope: Scope, receive: Receive, send: Send) -> None:
+    """``POST /api/v1/receipts/`` as a plain ASGI app, behind the app's middleware, which has
+    read the whole body already (within its limit). The checks run on the event loop and the
+    write in the process's one writer thread (``kuitti.receipts.ingest``): no threadpool hop."""
+    ingest: Ingest = scope["app"].state.ingest
+    body = bytearray()
+    more = True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    wanted: dict[bytes, str | None] = dict.fromkeys(_POST_HEADERS)
+    for name, value in scope["headers"]:
+        if name in wanted and wanted[name] is None:  # the first of a repeated header, as Starlette
+            wanted[name] = value.decode("latin-1")
+    response: Response
+    try:
+        status, payload = await ingest.post(
+            bytes(body),
+            authorization=wanted[b"authorization"],
+            content_type=wanted[b"content-type"],
+            idempotency_key=wanted[b"idempotency-key"],
+        )
+        response = ORJSONResponse(payload, status_code=status)
+    except KuittiError as exc:
+        response = error_response(exc.details(), exc.status_code, exc.headers())
+    await response(scope, receive, send)
+
+
+_POST_HEADERS = (b"authorization", b"content-type", b"idempotency-key")
+DIRECT_HANDLERS: dict[Callable[..., Any], ASGIApp] = {create_receipt: receive_receipt_post}
+"""The routes of this module answered in front of FastAPI's stack (``kuitti.direct``)."""
 
 
 class _ListQuery(BaseModel):
