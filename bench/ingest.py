@@ -441,7 +441,8 @@ def kuitti_command(
     return [
         str(BIN / "uvicorn"), app, "--factory", "--app-dir", str(ROOT),
         "--port", str(port), "--workers", str(workers), *UVICORN_ARGS,
-        "--proxy-headers", "--no-server-header", *serve_args.split(),
+        # As ``kuitti serve`` (``service_cli.serve``): kuitti writes its own access line.
+        "--no-access-log", "--proxy-headers", "--no-server-header", *serve_args.split(),
     ]  # fmt: skip
 
 
