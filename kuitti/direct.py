@@ -39,10 +39,9 @@ class DirectRoutes:
         self.framework = framework
         self._answered: dict[tuple[str, str], tuple[APIRoute, ASGIApp]] = {}
         for route in routes:
-            handler = handlers.get(route.endpoint) if isinstance(route, APIRoute) else None
-            if handler is None:
+            if not isinstance(route, APIRoute) or route.endpoint not in handlers:
                 continue
-            assert isinstance(route, APIRoute)
+            handler = handlers[route.endpoint]
             for cls, args, kwargs in reversed(middleware):
                 handler = cls(handler, *args, **kwargs)
             for method in route.methods or ():
