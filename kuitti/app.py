@@ -19,7 +19,6 @@ from starlette.types import ASGIApp
 
 from kuitti import __version__
 from kuitti.cards.routes import router as cards_router
-from kuitti.checkpoints import BackgroundCheckpoints
 from kuitti.clock import Clock, SystemClock
 from kuitti.config import Settings, load_settings
 from kuitti.db import Database
@@ -90,9 +89,6 @@ def create_app(
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
         tune_garbage_collector()
         await db.open_async_reads()
-        checkpoints = BackgroundCheckpoints(db.sqlite_file) if db.sqlite_file else None
-        if checkpoints is not None:
-            checkpoints.start()
         stop = asyncio.Event()
         worker = asyncio.create_task(run_worker(services, stop)) if run_worker_in_process else None
         if announce_ready:
@@ -110,8 +106,6 @@ def create_app(
             if worker is not None:
                 await worker
             await db.close_async_reads()
-            if checkpoints is not None:
-                checkpoints.stop()
 
     app = KuittiAPI(
         title="kuitti",

@@ -6,9 +6,7 @@ rolls back on any exception. Services never commit.
 SQLite needs care to be a good embedded default: WAL so readers never wait for the writer,
 ``synchronous=NORMAL`` (durable across a process crash; only a power loss can lose the newest
 commits), and write transactions that start with ``BEGIN IMMEDIATE`` behind an in-process lock, so
-concurrent writers queue instead of failing with ``database is locked`` halfway through. A
-committing connection checkpoints the WAL only every ``WAL_AUTOCHECKPOINT_PAGES``: in a server
-process a thread does most of that copying outside the write lock (``kuitti.checkpoints``).
+concurrent writers queue instead of failing with ``database is locked`` halfway through.
 
 Why one long module: the sessions and the driver-level paths of the hottest statements (the
 reads, the reads and statements inside a session, the writer's inserts) share one cache of
@@ -47,8 +45,6 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, DisconnectionError, StatementError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
-
-from kuitti.checkpoints import WAL_AUTOCHECKPOINT_PAGES
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -111,7 +107,6 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA busy_timeout=10000")
-        cursor.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -171,13 +166,10 @@ class Database:
         self.url = url
         self.async_read_wait = async_read_wait
         self.is_sqlite = url.startswith("sqlite")
-        self.sqlite_file: str | None = None
-        """The database file of an SQLite database kept in one."""
         if self.is_sqlite:
             path = url.removeprefix("sqlite:///")
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-                self.sqlite_file = path
             self.engine = create_engine(
                 url,
                 echo=echo,
