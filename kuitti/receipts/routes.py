@@ -147,6 +147,8 @@ async def receive_receipt_post(scope: Scope, receive: Receive, send: Send) -> No
         message = await receive()
         body += message.get("body", b"")
         more = message.get("more_body", False)
+    # Read here rather than through Starlette's Request: with Request.body() and .headers the
+    # served post cost about 0.12 ms more CPU (three alternated pairs, PostgreSQL, two processes).
     wanted: dict[bytes, str | None] = dict.fromkeys(_POST_HEADERS)
     for name, value in scope["headers"]:
         if name in wanted and wanted[name] is None:  # the first of a repeated header, as Starlette
