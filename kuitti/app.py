@@ -90,22 +90,25 @@ def create_app(
         tune_garbage_collector()
         await db.open_async_reads()
         stop = asyncio.Event()
-        worker = asyncio.create_task(run_worker(services, stop)) if run_worker_in_process else None
-        if announce_ready:
-            log.info(
-                "kuitti is ready",
-                listening=listening or "through its ASGI server",
-                database=db.label,
-                processes=processes,
-                worker=_worker_place(run_worker_in_process, processes),
+        with db.checkpointing():
+            worker = (
+                asyncio.create_task(run_worker(services, stop)) if run_worker_in_process else None
             )
-        try:
-            yield
-        finally:
-            stop.set()
-            if worker is not None:
-                await worker
-            await db.close_async_reads()
+            if announce_ready:
+                log.info(
+                    "kuitti is ready",
+                    listening=listening or "through its ASGI server",
+                    database=db.label,
+                    processes=processes,
+                    worker=_worker_place(run_worker_in_process, processes),
+                )
+            try:
+                yield
+            finally:
+                stop.set()
+                if worker is not None:
+                    await worker
+                await db.close_async_reads()
 
     app = KuittiAPI(
         title="kuitti",

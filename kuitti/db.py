@@ -6,7 +6,9 @@ rolls back on any exception. Services never commit.
 SQLite needs care to be a good embedded default: WAL so readers never wait for the writer,
 ``synchronous=NORMAL`` (durable across a process crash; only a power loss can lose the newest
 commits), and write transactions that start with ``BEGIN IMMEDIATE`` behind an in-process lock, so
-concurrent writers queue instead of failing with ``database is locked`` halfway through.
+concurrent writers queue instead of failing with ``database is locked`` halfway through. While a
+process serves, a thread copies the WAL into the database file after writes, so that commits do
+not wait for it (``Database.checkpointing``, ``kuitti.checkpoints``).
 
 Why one long module: the sessions and the driver-level paths of the hottest statements (the
 reads, the reads and statements inside a session, the writer's inserts) share one cache of
@@ -45,6 +47,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, DisconnectionError, StatementError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
+
+from kuitti.checkpoints import WAL_AUTOCHECKPOINT_PAGES, BackgroundCheckpoints
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -107,6 +111,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -166,10 +171,15 @@ class Database:
         self.url = url
         self.async_read_wait = async_read_wait
         self.is_sqlite = url.startswith("sqlite")
+        self.sqlite_file: str | None = None
+        """The file of an SQLite database kept in one."""
+        self.checkpoints: BackgroundCheckpoints | None = None
+        """The thread copying the WAL while ``checkpointing()`` runs."""
         if self.is_sqlite:
             path = url.removeprefix("sqlite:///")
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
+                self.sqlite_file = path
             self.engine = create_engine(
                 url,
                 echo=echo,
@@ -219,6 +229,24 @@ class Database:
             except BaseException:
                 session.rollback()
                 raise
+        if write and self.checkpoints is not None:
+            self.checkpoints.wake()
+
+    @contextmanager
+    def checkpointing(self) -> Iterator[None]:
+        """While the block runs, a thread copies an SQLite file's WAL into it after writes,
+        instead of the committing connection (``kuitti.checkpoints``); nothing on PostgreSQL or
+        in memory. For the processes that serve, not for one-off commands."""
+        if self.sqlite_file is None or self.checkpoints is not None:
+            yield
+            return
+        self.checkpoints = BackgroundCheckpoints(self.sqlite_file)
+        self.checkpoints.start()
+        try:
+            yield
+        finally:
+            checkpoints, self.checkpoints = self.checkpoints, None
+            checkpoints.stop()
 
     def read_rows(
         self, statement: Select[*tuple[Any, ...]], params: Mapping[str, Any]

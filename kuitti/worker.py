@@ -40,7 +40,8 @@ def run_worker_process(services: Services, *, use_uvloop: bool = True) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await run_worker(services, stop)
+        with services.db.checkpointing():
+            await run_worker(services, stop)
 
     if use_uvloop:
         uvloop.run(main())

@@ -1,0 +1,105 @@
+"""SQLite's WAL copied into the database file by a thread while a process serves, and by the
+committing connection only every ``WAL_AUTOCHECKPOINT_PAGES``."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from kuitti.app import create_app
+from kuitti.checkpoints import WAL_AUTOCHECKPOINT_PAGES, catch_up
+from kuitti.services import Services
+from tests.factories import make_partner
+
+THREAD = "kuitti-wal-checkpoints"
+
+
+def _checkpoint_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == THREAD]
+
+
+def _during_lifespan(app: Any) -> list[threading.Thread]:
+    """The checkpoint threads alive while the app's lifespan runs (started, then shut down)."""
+    seen: list[threading.Thread] = []
+
+    async def run() -> None:
+        messages = asyncio.Queue[dict[str, str]]()
+        started = asyncio.Event()
+
+        async def receive() -> dict[str, str]:
+            return await messages.get()
+
+        async def send(message: dict[str, str]) -> None:
+            assert not message["type"].endswith(".failed"), message
+            if message["type"] == "lifespan.startup.complete":
+                started.set()
+
+        lifespan = asyncio.create_task(app({"type": "lifespan"}, receive, send))
+        await messages.put({"type": "lifespan.startup"})
+        await started.wait()
+        seen.extend(_checkpoint_threads())
+        await messages.put({"type": "lifespan.shutdown"})
+        await lifespan
+
+    asyncio.run(run())
+    return seen
+
+
+@pytest.mark.sqlite_only
+def test_a_committing_connection_checkpoints_only_as_a_backstop(services: Services) -> None:
+    with services.db.session(write=False) as session:
+        pages = session.execute(text("PRAGMA wal_autocheckpoint")).scalar()
+    assert pages == WAL_AUTOCHECKPOINT_PAGES
+
+
+@pytest.mark.sqlite_only
+def test_catching_up_copies_the_whole_wal(services: Services) -> None:
+    assert services.db.sqlite_file is not None
+    connection = sqlite3.connect(services.db.sqlite_file, isolation_level=None)
+    try:
+        catch_up(connection)
+        make_partner(services)  # a commit: new frames in the WAL
+        frames, copied = catch_up(connection)
+        assert frames > 0
+        assert copied == frames
+    finally:
+        connection.close()
+
+
+@pytest.mark.sqlite_only
+def test_a_write_wakes_the_thread_which_copies_it(services: Services) -> None:
+    db = services.db
+    with db.checkpointing():
+        checkpoints = db.checkpoints
+        assert checkpoints is not None
+        assert checkpoints.rounds == 0  # nothing written yet, nothing to do
+        make_partner(services)
+        assert checkpoints.wait_for_rounds(1, timeout=30)
+        assert checkpoints.last is not None
+        frames, copied = checkpoints.last
+        assert frames > 0
+        assert copied == frames
+    assert db.checkpoints is None
+    assert _checkpoint_threads() == []
+
+
+@pytest.mark.sqlite_only
+def test_the_app_checkpoints_in_the_background_while_it_serves(services: Services) -> None:
+    app = create_app(services.settings, db=services.db, clock=services.clock)
+    [thread] = _during_lifespan(app)
+    assert not thread.is_alive()  # stopped with the app
+    assert _checkpoint_threads() == []
+
+
+@pytest.mark.postgres_only
+def test_no_checkpoint_thread_on_postgresql(services: Services) -> None:
+    assert services.db.sqlite_file is None
+    with services.db.checkpointing():
+        assert services.db.checkpoints is None
+    app = create_app(services.settings, db=services.db, clock=services.clock)
+    assert _during_lifespan(app) == []
