@@ -1,11 +1,16 @@
 """SQLite's WAL copied into the database file by a thread while a process serves, and by the
-committing connection only every ``WAL_AUTOCHECKPOINT_PAGES``."""
+committing connection only every ``WAL_AUTOCHECKPOINT_PAGES``.
+
+The live server of the test session runs on ``services.db`` and keeps its thread for the whole
+session, so these tests start their own on a second ``Database`` of the same file."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
 import threading
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,6 +18,7 @@ from sqlalchemy import text
 
 from kuitti.app import create_app
 from kuitti.checkpoints import WAL_AUTOCHECKPOINT_PAGES, catch_up
+from kuitti.db import Database
 from kuitti.services import Services
 from tests.factories import make_partner
 
@@ -23,8 +29,20 @@ def _checkpoint_threads() -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name == THREAD]
 
 
+@pytest.fixture
+def own(services: Services) -> Iterator[Services]:
+    """``services`` on a ``Database`` of their own, of the same database."""
+    db = Database(services.db.url)
+    try:
+        yield replace(services, db=db)
+    finally:
+        db.dispose()
+
+
 def _during_lifespan(app: Any) -> list[threading.Thread]:
-    """The checkpoint threads alive while the app's lifespan runs (started, then shut down)."""
+    """The checkpoint threads started by the app's lifespan, seen while it runs (then it is
+    shut down)."""
+    before = set(_checkpoint_threads())
     seen: list[threading.Thread] = []
 
     async def run() -> None:
@@ -42,7 +60,7 @@ def _during_lifespan(app: Any) -> list[threading.Thread]:
         lifespan = asyncio.create_task(app({"type": "lifespan"}, receive, send))
         await messages.put({"type": "lifespan.startup"})
         await started.wait()
-        seen.extend(_checkpoint_threads())
+        seen.extend(t for t in _checkpoint_threads() if t not in before)
         await messages.put({"type": "lifespan.shutdown"})
         await lifespan
 
@@ -72,34 +90,36 @@ def test_catching_up_copies_the_whole_wal(services: Services) -> None:
 
 
 @pytest.mark.sqlite_only
-def test_a_write_wakes_the_thread_which_copies_it(services: Services) -> None:
-    db = services.db
+def test_a_write_wakes_the_thread_which_copies_it(own: Services) -> None:
+    db = own.db
+    before = set(_checkpoint_threads())
     with db.checkpointing():
+        [thread] = [t for t in _checkpoint_threads() if t not in before]
         checkpoints = db.checkpoints
         assert checkpoints is not None
         assert checkpoints.rounds == 0  # nothing written yet, nothing to do
-        make_partner(services)
+        make_partner(own)
         assert checkpoints.wait_for_rounds(1, timeout=30)
         assert checkpoints.last is not None
         frames, copied = checkpoints.last
         assert frames > 0
         assert copied == frames
     assert db.checkpoints is None
-    assert _checkpoint_threads() == []
+    assert not thread.is_alive()
 
 
 @pytest.mark.sqlite_only
-def test_the_app_checkpoints_in_the_background_while_it_serves(services: Services) -> None:
-    app = create_app(services.settings, db=services.db, clock=services.clock)
+def test_the_app_checkpoints_in_the_background_while_it_serves(own: Services) -> None:
+    app = create_app(own.settings, db=own.db, clock=own.clock)
     [thread] = _during_lifespan(app)
     assert not thread.is_alive()  # stopped with the app
-    assert _checkpoint_threads() == []
+    assert own.db.checkpoints is None
 
 
 @pytest.mark.postgres_only
-def test_no_checkpoint_thread_on_postgresql(services: Services) -> None:
-    assert services.db.sqlite_file is None
-    with services.db.checkpointing():
-        assert services.db.checkpoints is None
-    app = create_app(services.settings, db=services.db, clock=services.clock)
+def test_no_checkpoint_thread_on_postgresql(own: Services) -> None:
+    assert own.db.sqlite_file is None
+    with own.db.checkpointing():
+        assert own.db.checkpoints is None
+    app = create_app(own.settings, db=own.db, clock=own.clock)
     assert _during_lifespan(app) == []
