@@ -79,6 +79,7 @@ def create_app(
     the one process of them that logs the line."""
     settings = settings or load_settings()
     configure_logging(settings.log_level, json=settings.log_json)
+    own_db = db is None
     db = db or Database(settings.resolved_database_url, pool_size=settings.db_pool_size)
     services = Services(settings=settings, db=db, clock=clock or SystemClock())
 
@@ -109,6 +110,10 @@ def create_app(
                 if worker is not None:
                     await worker
                 await db.close_async_reads()
+        if own_db:
+            # Its connections closed: the last one to close on SQLite folds the WAL into the
+            # database file and removes it.
+            db.dispose()
 
     app = KuittiAPI(
         title="kuitti",

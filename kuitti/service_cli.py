@@ -71,7 +71,11 @@ def serve(
 
 def worker() -> None:
     """Run the delivery worker alone (webhooks and e-mail)."""
-    run_worker_process(open_services())
+    services = open_services()
+    try:
+        run_worker_process(services)
+    finally:
+        services.db.dispose()  # the last connection to close on SQLite removes the WAL
 
 
 @db_app.command("upgrade")

@@ -11,6 +11,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,9 @@ from sqlalchemy import text
 from kuitti.app import create_app
 from kuitti.checkpoints import WAL_AUTOCHECKPOINT_PAGES, catch_up
 from kuitti.db import Database
+from kuitti.dbmigrate import upgrade
 from kuitti.services import Services
+from tests.conftest import make_settings
 from tests.factories import make_partner
 
 THREAD = "kuitti-wal-checkpoints"
@@ -39,9 +42,9 @@ def own(services: Services) -> Iterator[Services]:
         db.dispose()
 
 
-def _during_lifespan(app: Any) -> list[threading.Thread]:
+def _during_lifespan(app: Any, *, then: Any = None) -> list[threading.Thread]:
     """The checkpoint threads started by the app's lifespan, seen while it runs (then it is
-    shut down)."""
+    shut down); ``then(app)`` is called while it runs."""
     before = set(_checkpoint_threads())
     seen: list[threading.Thread] = []
 
@@ -61,6 +64,8 @@ def _during_lifespan(app: Any) -> list[threading.Thread]:
         await messages.put({"type": "lifespan.startup"})
         await started.wait()
         seen.extend(t for t in _checkpoint_threads() if t not in before)
+        if then is not None:
+            then(app)
         await messages.put({"type": "lifespan.shutdown"})
         await lifespan
 
@@ -123,3 +128,23 @@ def test_no_checkpoint_thread_on_postgresql(own: Services) -> None:
         assert own.db.checkpoints is None
     app = create_app(own.settings, db=own.db, clock=own.clock)
     assert _during_lifespan(app) == []
+
+
+@pytest.mark.sqlite_only
+def test_an_app_with_a_database_of_its_own_removes_the_wal_when_it_stops(
+    services: Services, tmp_path: Path
+) -> None:
+    path = tmp_path / "own.db"
+    settings = make_settings(f"sqlite:///{path}", tmp_path, "http://kuitti.test")
+    migrated = Database(settings.resolved_database_url)
+    upgrade(migrated)
+    migrated.dispose()
+    app = create_app(settings, clock=services.clock)
+    wal = Path(f"{path}-wal")
+
+    def write(app: Any) -> None:
+        make_partner(app.state.services)
+        assert wal.exists()
+
+    _during_lifespan(app, then=write)
+    assert not wal.exists()
