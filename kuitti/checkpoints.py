@@ -95,7 +95,7 @@ class BackgroundCheckpoints:
                 self._wanted.wait()
                 self._wanted.clear()
                 self._round(connection)
-                if self._stopping.is_set() or self._stopping.wait(self.pause):
+                if self._stopping.wait(self.pause):  # at once if already stopping
                     if self._wanted.is_set():
                         self._round(connection)
                     return
