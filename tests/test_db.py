@@ -8,16 +8,18 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
-from sqlalchemy import bindparam, func, insert, make_url, select, text
+from sqlalchemy import DateTime, bindparam, func, insert, make_url, select, text
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from kuitti.db import Database, table
+from kuitti.db import Database, UTCDateTime, table
 from kuitti.ids import new_id
 from kuitti.models import Partner, Receipt, ReceiptGrant
 from kuitti.models.receipts import GrantReason
@@ -302,6 +304,56 @@ def test_insert_rows_stores_what_a_session_insert_stores(services: Services) -> 
             now,
             "posted",
         )
+
+
+def test_a_document_given_as_utf8_bytes_is_stored_as_the_same_text(services: Services) -> None:
+    """The writer hands the document over as orjson's bytes: whether by the driver path or a
+    session, it is stored as text (not a BLOB on SQLite) and read back equal to the str form."""
+    partner = make_partner(services).partner
+    now = services.clock.now()
+    text_form = '{"merchant":{"name":"Kahvila Äänekoski ☕"},"rows":[1,2]}'
+    as_text, as_bytes, by_session = _receipt_rows(partner.id, now, "R-1", "R-2", "R-3")
+    as_text["document"] = text_form
+    as_bytes["document"] = by_session["document"] = text_form.encode()
+    with services.db.session() as session:
+        services.db.insert_rows(session, {Receipt: [as_text, as_bytes]})
+        session.execute(insert(table(Receipt)), [by_session])
+    with services.db.session(write=False) as session:
+        stored = session.execute(
+            select(Receipt.document, func.length(Receipt.document)).order_by(Receipt.id)
+        ).all()
+        if services.db.is_sqlite:
+            kinds = session.scalars(text("SELECT typeof(document) FROM receipts")).all()
+            assert kinds == ["text"] * 3
+    assert stored == [(text_form, len(text_form))] * 3
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        datetime(2026, 1, 15, 10, 0, 0, 123456, tzinfo=timezone(timedelta(hours=2))),
+        datetime(2026, 3, 29, 4, 30, tzinfo=ZoneInfo("Europe/Helsinki")),
+        datetime(2026, 12, 31, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-12))),
+        datetime(1, 1, 2, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 1, tzinfo=UTC),
+    ],
+)
+def test_sqlite_stores_a_utc_time_as_sqlalchemys_datetime_text(value: datetime) -> None:
+    """UTCDateTime writes SQLite's text itself: it must be the text SQLAlchemy's DATETIME wrote
+    for every row stored before, and read back as the same instant."""
+    dialect = sqlite.dialect()
+    stored = UTCDateTime().dialect_impl(dialect).bind_processor(dialect)
+    sqlalchemys = DateTime().dialect_impl(dialect).bind_processor(dialect)
+    read = UTCDateTime().dialect_impl(dialect).result_processor(dialect, None)
+    assert stored is not None
+    assert sqlalchemys is not None
+    assert read is not None
+    text_form = stored(value)
+    assert text_form == sqlalchemys(value.astimezone(UTC).replace(tzinfo=None))
+    assert read(text_form) == value
+    query = select(Receipt.id).where(Receipt.created_at >= value)
+    inlined = str(query.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+    assert inlined.endswith(f">= '{text_form}'")
 
 
 def test_insert_rows_needs_every_column_with_a_python_default(services: Services) -> None:

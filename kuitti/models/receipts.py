@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from kuitti.db import Base
+from kuitti.db import Base, UTF8Text
 from kuitti.ids import new_id
 
 
@@ -46,7 +46,7 @@ class Receipt(Base):
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     # Indexed first in ix_receipts_partner_number.
     partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"))
-    document: Mapped[str] = mapped_column(Text)
+    document: Mapped[str] = mapped_column(UTF8Text)
     document_hash: Mapped[str] = mapped_column(String(64))
     receipt_number: Mapped[str] = mapped_column(String(200))
     receipt_time: Mapped[datetime]

@@ -392,7 +392,7 @@ def _plain_rows(settings: Settings, posting: Posting) -> PlainRows | None:
         receipt={
             "id": receipt_id,
             "partner_id": holder.id,
-            "document": orjson.dumps(request.document).decode(),
+            "document": orjson.dumps(request.document),  # UTF8Text: bytes go in as they are
             "document_hash": request.document_hash,
             "receipt_number": doc.receiptNumber,
             "receipt_time": doc.receipt_time,
