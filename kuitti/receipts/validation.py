@@ -162,8 +162,9 @@ def _may_hold_card_number(body: bytes, *, long_numbers: bool) -> bool:
     if long_numbers and _ASCII_DIGIT_RUN.search(body) is not None:
         return True
     if b"\\u" in body:
-        for escape in _UNICODE_ESCAPE.finditer(body):
-            code = int(escape.group(1), 16)
+        # Each distinct escape once: a text escapes the same few letters (ä, ö) many times.
+        for digits in set(_UNICODE_ESCAPE.findall(body)):
+            code = int(digits, 16)
             if 0xD800 <= code <= 0xDFFF or _DIGIT_OR_SEPARATOR.match(chr(code)):
                 return True
     if body.isascii():  # a client that escapes every character beyond ASCII, as Python's does
