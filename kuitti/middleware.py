@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 
 import orjson
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kuitti.ids import random_bytes
 from kuitti.logs import log, redact_path
 from kuitti.metrics import count_request
 
@@ -48,7 +48,7 @@ class RequestContextMiddleware:
             elif name == b"content-type":
                 content_type = value
         given_id = given.decode("latin-1")
-        request_id = given_id if _REQUEST_ID_RE.match(given_id) else uuid.uuid4().hex
+        request_id = given_id if _REQUEST_ID_RE.match(given_id) else random_bytes(16).hex()
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=request_id)
         started = time.perf_counter()
