@@ -16,7 +16,9 @@ class Receipt(Base):
     """A receipt exactly as posted (``document``) plus the service's own metadata.
 
     ``document_hash`` is the SHA-256 of the canonical JSON (sorted keys, no whitespace), so an
-    unchanged resend is recognised whatever its key order.
+    unchanged resend is recognised whatever its key order. Only a receipt posted with RECEIPT_ID
+    tokens can be resent, so only such a receipt gets one; the others keep it empty (earlier
+    versions hashed every receipt). A stored document never changes.
 
     A return names the purchase it returns (``original_receipt_id``, linked at ingest by
     ``kuitti.receipts.returns``); the purchase counts its returns (``return_count``), so its

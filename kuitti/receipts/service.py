@@ -186,7 +186,7 @@ def _store(
         id=new_id(),
         partner_id=partner.id,
         document=orjson.dumps(request.document).decode(),
-        document_hash=request.document_hash,
+        document_hash=request.resend_hash,
         receipt_number=doc.receiptNumber,
         receipt_time=doc.receipt_time,
         receipt_timestamp=doc.receiptTimeStamp,
@@ -393,7 +393,7 @@ def _plain_rows(settings: Settings, posting: Posting) -> PlainRows | None:
             "id": receipt_id,
             "partner_id": holder.id,
             "document": orjson.dumps(request.document),  # UTF8Text: bytes go in as they are
-            "document_hash": request.document_hash,
+            "document_hash": request.resend_hash,
             "receipt_number": doc.receiptNumber,
             "receipt_time": doc.receipt_time,
             "receipt_timestamp": doc.receiptTimeStamp,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from sqlalchemy import func, select
 
 from kuitti.models import IdempotencyRecord, PartnerRole, Receipt, ReceiptLink
+from kuitti.receipts.validation import canonical_hash
 from kuitti.services import Services
 from tests.factories import (
     auth,
@@ -292,6 +294,55 @@ class TestTokenForm:
         assert response.status_code == 400
         assert response.json()["error"] == "duplicate_receipt_id"
         assert receipt_count(services) == 1
+
+    def test_a_resend_spelled_otherwise_is_unchanged_and_a_value_changed_is_not(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        """Equal as JSON: escapes and whitespace differ, values do not; the stored document
+        is what a resend is compared with."""
+        merchant = make_partner(services, namespaces=["kauppa"])
+        token = {"type": "RECEIPT_ID", "namespace": "kauppa", "value": "R-78"}
+        doc = receipt_doc(freeText="Kiitos käynnistä!")
+        headers = {**auth(merchant.api_key), "Content-Type": "application/json"}
+        first = client.post(URL, content=orjson.dumps(token_body(doc, token)), headers=headers)
+        escaped = json.dumps(token_body(doc, token), indent=3, ensure_ascii=True).encode()
+        assert b"\\u00e4" in escaped
+        again = client.post(URL, content=escaped, headers=headers)
+        assert again.status_code == 200
+        assert again.json()["receipt_id"] == first.json()["receipt_id"]
+        changed = token_body(receipt_doc(freeText="Kiitos käynnistä."), token)
+        refused = client.post(URL, content=orjson.dumps(changed), headers=headers)
+        assert refused.json()["error"] == "duplicate_receipt_id"
+        assert receipt_count(services) == 1
+
+    def test_only_a_receipt_under_receipt_ids_keeps_a_hash_of_its_document(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        """The hash is what a resend is compared with, and only a RECEIPT_ID names a receipt
+        for a resend; the others skip it. Plain rows and the ORM path (an EMAIL token) alike."""
+        merchant = make_partner(services, namespaces=["kauppa"])
+        email = {"type": "EMAIL", "value": "maija@example.com"}
+        bodies = {
+            "bare": receipt_doc(),
+            "email": token_body(receipt_doc(), email),
+            "link": token_body(
+                receipt_doc(), {"type": "RECEIPT_ID", "namespace": "kauppa", "value": "R-79"}
+            ),
+            "link and email": token_body(
+                receipt_doc(), {"type": "RECEIPT_ID", "namespace": "kauppa", "value": "R-80"}, email
+            ),
+        }
+        hashes = {}
+        for name, body in bodies.items():
+            response = post(client, merchant.api_key, body)
+            assert response.status_code == 200, response.text
+            receipt_id = uuid.UUID(response.json()["receipt_id"])
+            with services.db.session(write=False) as session:
+                hashes[name] = session.scalar(
+                    select(Receipt.document_hash).where(Receipt.id == receipt_id)
+                )
+        assert hashes["bare"] == hashes["email"] == ""
+        assert hashes["link"] == hashes["link and email"] == canonical_hash(receipt_doc())
 
     def test_same_identifier_in_two_namespaces(
         self, client: httpx.Client, services: Services
