@@ -298,8 +298,8 @@ class TestTokenForm:
     def test_a_resend_spelled_otherwise_is_unchanged_and_a_value_changed_is_not(
         self, client: httpx.Client, services: Services
     ) -> None:
-        """Equal as JSON: escapes and whitespace differ, values do not; the stored document
-        is what a resend is compared with."""
+        """Equal as JSON: escapes and whitespace may differ, values may not (the resend is
+        compared with the hash stored with the first post)."""
         merchant = make_partner(services, namespaces=["kauppa"])
         token = {"type": "RECEIPT_ID", "namespace": "kauppa", "value": "R-78"}
         doc = receipt_doc(freeText="Kiitos käynnistä!")
