@@ -36,7 +36,6 @@ from sqlalchemy import (
     ColumnElement,
     DateTime,
     Engine,
-    Insert,
     MetaData,
     Select,
     Table,
@@ -260,8 +259,8 @@ class Database:
         self._read_sessions = sessionmaker(self.engine, expire_on_commit=False, info=info)
         self._write_sessions = sessionmaker(write_engine, expire_on_commit=False, info=info)
         self._sqlite_write_lock = threading.Lock()
-        self._direct: dict[int, tuple[Select[*tuple[Any, ...]] | Insert, DirectQuery]] = {}
-        self._inserts: dict[tuple[str, tuple[str, ...]], Insert] = {}
+        self._direct: dict[int, tuple[Select[*tuple[Any, ...]], DirectQuery]] = {}
+        self._inserts: dict[tuple[str, tuple[str, ...]], RowsInsert] = {}
         self._async_pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool] = {}
 
     @property
@@ -399,15 +398,16 @@ class Database:
         self, session: Session, tables: Mapping[type[Base], Sequence[Mapping[str, Any]]]
     ) -> None:
         """Insert each table's rows, in the mapping's order, in ``session``'s transaction: one
-        ``executemany`` on the driver per table, each value converted by its column's type as
-        SQLAlchemy would; on PostgreSQL all of them in one pipeline, one round trip.
+        statement on the driver per table (``RowsInsert``), each value converted by its
+        column's type as SQLAlchemy would; on PostgreSQL all of them in one pipeline, one round
+        trip.
 
         For the ingest writer's batches: SQLAlchemy's execution layer cost a batch about 0.2 ms
         a statement, and each statement waited for its own round trip (docs/performance.md,
         "The writer on the driver"). The rows of a table name the same columns, and every
         column with a Python-side default among them: a compiled statement cannot supply one."""
         work = [
-            (self._direct_query(self._insert_of(table(model), tuple(rows[0]))), rows)
+            (self._rows_insert(table(model), tuple(rows[0])), rows)
             for model, rows in tables.items()
             if rows
         ]
@@ -419,20 +419,20 @@ class Database:
         try:
             with pipeline:
                 cursor = driver.cursor()
-                for query, rows in work:
-                    sql, values = query.sql, [query.parameters(row) for row in rows]
-                    cursor.executemany(sql, values)
+                for statement, rows in work:
+                    sql, values = statement.sql, statement.columns_of(rows)
+                    if self.is_sqlite:
+                        cursor.executemany(sql, zip(*values, strict=True))
+                    else:
+                        cursor.execute(sql, values)
                 cursor.close()
         except self.engine.dialect.loaded_dbapi.Error as error:
             raise self._database_error(error, sql, values) from error
 
-    def _insert_of(self, into: Table, columns: tuple[str, ...]) -> Insert:
-        """One ``INSERT`` statement object per table and columns, so that ``_direct_query``
-        compiles it once."""
+    def _rows_insert(self, into: Table, columns: tuple[str, ...]) -> RowsInsert:
         known = self._inserts.get((into.name, columns))
         if known is None:
-            values = {name: bindparam(name, type_=into.c[name].type) for name in columns}
-            known = self._inserts[(into.name, columns)] = insert(into).values(values)
+            known = self._inserts[(into.name, columns)] = RowsInsert(self.engine, into, columns)
         return known
 
     def _database_error(self, error: Exception, sql: str, values: Any) -> StatementError:
@@ -477,7 +477,7 @@ class Database:
         if pool is not None:
             await pool.close()
 
-    def _direct_query(self, statement: Select[*tuple[Any, ...]] | Insert) -> DirectQuery:
+    def _direct_query(self, statement: Select[*tuple[Any, ...]]) -> DirectQuery:
         known = self._direct.get(id(statement))
         if known is None:
             # Keyed by identity, the statement kept alive beside its compiled form.
@@ -500,18 +500,15 @@ async def _fetch_all(pool: AsyncConnectionPool, sql: str, values: Any) -> list[t
 
 
 class DirectQuery:
-    """A Core ``SELECT`` or ``INSERT`` compiled once for one engine, with its parameters' and
-    columns' type conversions (``Database.read_rows`` and ``insert_rows`` run it)."""
+    """A Core ``SELECT`` compiled once for one engine, with its parameters' and columns' type
+    conversions (``Database.read_rows`` and ``session_rows`` run it)."""
 
-    def __init__(self, engine: Engine, statement: Select[*tuple[Any, ...]] | Insert) -> None:
+    def __init__(self, engine: Engine, statement: Select[*tuple[Any, ...]]) -> None:
         dialect = engine.dialect
         compiled = statement.compile(dialect=dialect)
         self.sql = str(compiled)
         if "POSTCOMPILE" in self.sql:
             raise ValueError("read_rows cannot run expanding parameters (IN lists)")
-        if compiled.insert_prefetch:
-            missing = ", ".join(column.name for column in compiled.insert_prefetch)
-            raise ValueError(f"insert_rows needs a value for every defaulted column: {missing}")
         # Constants written into the statement are parameters too, with their values.
         self._defaults: dict[str, Any] = dict(compiled.params)
         self._to_driver: dict[str, Callable[[Any], Any]] = {}
@@ -521,10 +518,9 @@ class DirectQuery:
                 self._to_driver[name] = process
         # qmark drivers (SQLite) take a sequence in placeholder order, named ones a mapping.
         self._order = tuple(compiled.positiontup) if compiled.positional else None  # type: ignore[arg-type]
-        selected = statement.selected_columns if isinstance(statement, Select) else ()
         self._from_driver = [
             (index, process)
-            for index, column in enumerate(selected)
+            for index, column in enumerate(statement.selected_columns)
             if (process := column.type.dialect_impl(dialect).result_processor(dialect, None))
         ]
 
@@ -543,3 +539,54 @@ class DirectQuery:
             if value is not None:
                 values[index] = process(value)
         return tuple(values)
+
+
+class RowsInsert:
+    """Rows of one table, all naming the same columns, inserted by one statement on the driver
+    (``Database.insert_rows``), each value converted by its column's type as SQLAlchemy would.
+
+    On SQLite the statement is SQLAlchemy's single-row ``INSERT``, run by ``executemany`` (one
+    C loop). On PostgreSQL it is ``INSERT … SELECT * FROM unnest(…)`` with one array for each
+    column, in binary: psycopg runs an ``executemany`` row by row through its Python layer,
+    which cost the ingest writer about a tenth of its CPU (docs/performance.md, "Thirteenth
+    round"). Binary, because psycopg escapes a text array's elements one character at a time
+    (a 17 KB document took milliseconds)."""
+
+    def __init__(self, engine: Engine, into: Table, columns: tuple[str, ...]) -> None:
+        dialect = engine.dialect
+        values = {name: bindparam(name, type_=into.c[name].type) for name in columns}
+        compiled = insert(into).values(values).compile(dialect=dialect)
+        if compiled.insert_prefetch:
+            missing = ", ".join(column.name for column in compiled.insert_prefetch)
+            raise ValueError(f"insert_rows needs a value for every defaulted column: {missing}")
+        # SQLite's placeholders are positional; SQLAlchemy writes the columns in the table's
+        # order, whatever the rows' order, and so does the statement for PostgreSQL.
+        self.columns: tuple[str, ...] = (
+            tuple(compiled.positiontup)  # type: ignore[arg-type]
+            if compiled.positional
+            else tuple(column.name for column in into.c if column.name in values)
+        )
+        self._to_driver = [
+            into.c[name].type.dialect_impl(dialect).bind_processor(dialect) for name in self.columns
+        ]
+        if dialect.name == "sqlite":
+            self.sql = str(compiled)
+            return
+        quote = dialect.identifier_preparer.quote
+        arrays = ", ".join(
+            f"%b::{into.c[name].type.compile(dialect=dialect)}[]" for name in self.columns
+        )
+        # Only the metadata's own names, quoted by the dialect, go into the text; values are
+        # parameters.
+        self.sql = (
+            f"INSERT INTO {dialect.identifier_preparer.format_table(into)} "  # noqa: S608
+            f"({', '.join(quote(name) for name in self.columns)}) SELECT * FROM unnest({arrays})"
+        )
+
+    def columns_of(self, rows: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+        """The rows' values, converted for the driver, one list per column."""
+        out = []
+        for name, process in zip(self.columns, self._to_driver, strict=True):
+            column = [row[name] for row in rows]
+            out.append(column if process is None else [process(value) for value in column])
+        return out

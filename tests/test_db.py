@@ -306,6 +306,34 @@ def test_insert_rows_stores_what_a_session_insert_stores(services: Services) -> 
         )
 
 
+def test_insert_rows_keeps_every_value_of_many_rows_as_a_session_does(
+    services: Services,
+) -> None:
+    """Many rows in one statement (on PostgreSQL one array per column): text that array syntax
+    would have to escape, a column null in some rows only, 64-bit integers, JSON and booleans
+    that differ from row to row."""
+    partner = make_partner(services).partner
+    now = services.clock.now()
+    (original,) = _receipt_rows(partner.id, now - timedelta(days=1), "R-0")
+    numbers = ['"quoted", {braced}', "back\\slash", "NULL", "", "Åke's ☕", "x" * 200]
+    by_session, by_driver = (_receipt_rows(partner.id, now, *numbers) for _ in range(2))
+    for rows in (by_session, by_driver):
+        for index, row in enumerate(rows):
+            row["total"] = (-1) ** index * (2**62 + index)
+            row["sandbox"] = index % 2 == 0
+            row["original_receipt_id"] = original["id"] if index % 2 else None
+            row["token_statuses"] = [] if index % 3 else [{"status": numbers[index]}]
+    with services.db.session() as session:
+        session.execute(insert(table(Receipt)), [original])
+        session.execute(insert(table(Receipt)), by_session)
+        services.db.insert_rows(session, {Receipt: by_driver})
+    columns = [c for c in table(Receipt).c if c.name != "id"]
+    with services.db.session(write=False) as session:
+        stored = {row[0]: tuple(row[1:]) for row in session.execute(select(Receipt.id, *columns))}
+    assert [stored[row["id"]] for row in by_driver] == [stored[row["id"]] for row in by_session]
+    assert [stored[row["id"]][3] for row in by_driver] == numbers
+
+
 def test_a_document_given_as_utf8_bytes_is_stored_as_the_same_text(services: Services) -> None:
     """The writer hands the document over as orjson's bytes: whether by the driver path or a
     session, it is stored as text (not a BLOB on SQLite) and read back equal to the str form."""
