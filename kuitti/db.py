@@ -415,16 +415,17 @@ class Database:
             return
         driver = _driver_of(session)
         pipeline = nullcontext() if self.is_sqlite else driver.pipeline()
-        sql, values = "", []
+        sql: str = ""
+        values: Any = ()
         try:
             with pipeline:
                 cursor = driver.cursor()
                 for statement, rows in work:
-                    sql, values = statement.sql, statement.columns_of(rows)
-                    if self.is_sqlite:
-                        cursor.executemany(sql, zip(*values, strict=True))
-                    else:
+                    sql, values, one_statement = statement.for_rows(rows)
+                    if one_statement:
                         cursor.execute(sql, values)
+                    else:
+                        cursor.executemany(sql, values)
                 cursor.close()
         except self.engine.dialect.loaded_dbapi.Error as error:
             raise self._database_error(error, sql, values) from error
@@ -541,16 +542,23 @@ class DirectQuery:
         return tuple(values)
 
 
+UNNEST_FROM_ROWS = 5
+"""From how many rows ``RowsInsert`` sends PostgreSQL arrays: psycopg's cost of an array has a
+fixed part (it looks through the list for the elements' type) that a few rows do not repay
+(``bench/write_batch.py``: one row a statement 0.91 ms of writer CPU a receipt as rows, 1.16 ms
+as arrays; equal at four; six 0.31 against 0.33 ms)."""
+
+
 class RowsInsert:
     """Rows of one table, all naming the same columns, inserted by one statement on the driver
     (``Database.insert_rows``), each value converted by its column's type as SQLAlchemy would.
 
-    On SQLite the statement is SQLAlchemy's single-row ``INSERT``, run by ``executemany`` (one
-    C loop). On PostgreSQL it is ``INSERT … SELECT * FROM unnest(…)`` with one array for each
-    column, in binary: psycopg runs an ``executemany`` row by row through its Python layer,
-    which cost the ingest writer about a tenth of its CPU (docs/performance.md, "Thirteenth
-    round"). Binary, because psycopg escapes a text array's elements one character at a time
-    (a 17 KB document took milliseconds)."""
+    The statement is SQLAlchemy's single-row ``INSERT``, run by ``executemany``: on SQLite one
+    C loop. On PostgreSQL psycopg runs that loop row by row through its Python layer, which
+    cost the ingest writer about a tenth of its CPU (docs/performance.md, "Thirteenth round"),
+    so from ``UNNEST_FROM_ROWS`` rows on it is ``INSERT … SELECT * FROM unnest(…)`` with one
+    array for each column, in binary: psycopg escapes a text array's elements one character at
+    a time (a 17 KB document took milliseconds)."""
 
     def __init__(self, engine: Engine, into: Table, columns: tuple[str, ...]) -> None:
         dialect = engine.dialect
@@ -569,8 +577,11 @@ class RowsInsert:
         self._to_driver = [
             into.c[name].type.dialect_impl(dialect).bind_processor(dialect) for name in self.columns
         ]
+        # One row at a time: SQLAlchemy's own statement.
+        self.sql = str(compiled)
+        self._positional = compiled.positional
+        self.unnest_sql: str | None = None
         if dialect.name == "sqlite":
-            self.sql = str(compiled)
             return
         quote = dialect.identifier_preparer.quote
         arrays = ", ".join(
@@ -578,10 +589,21 @@ class RowsInsert:
         )
         # Only the metadata's own names, quoted by the dialect, go into the text; values are
         # parameters.
-        self.sql = (
+        self.unnest_sql = (
             f"INSERT INTO {dialect.identifier_preparer.format_table(into)} "  # noqa: S608
             f"({', '.join(quote(name) for name in self.columns)}) SELECT * FROM unnest({arrays})"
         )
+
+    def for_rows(self, rows: Sequence[Mapping[str, Any]]) -> tuple[str, Any, bool]:
+        """The statement for ``rows``, its parameters, and whether it is run once (arrays)
+        rather than once a row (``executemany``)."""
+        values = self.columns_of(rows)
+        if self.unnest_sql is not None and len(rows) >= UNNEST_FROM_ROWS:
+            return self.unnest_sql, values, True
+        by_row = zip(*values, strict=True)
+        if self._positional:
+            return self.sql, list(by_row), False
+        return self.sql, [dict(zip(self.columns, row, strict=True)) for row in by_row], False
 
     def columns_of(self, rows: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
         """The rows' values, converted for the driver, one list per column."""

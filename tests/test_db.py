@@ -19,7 +19,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from kuitti.db import Database, UTCDateTime, table
+from kuitti.db import UNNEST_FROM_ROWS, Database, UTCDateTime, table
 from kuitti.ids import new_id
 from kuitti.models import Partner, Receipt, ReceiptGrant
 from kuitti.models.receipts import GrantReason
@@ -316,6 +316,7 @@ def test_insert_rows_keeps_every_value_of_many_rows_as_a_session_does(
     now = services.clock.now()
     (original,) = _receipt_rows(partner.id, now - timedelta(days=1), "R-0")
     numbers = ['"quoted", {braced}', "back\\slash", "NULL", "", "Åke's ☕", "x" * 200]
+    assert len(numbers) >= UNNEST_FROM_ROWS  # arrays, on PostgreSQL
     by_session, by_driver = (_receipt_rows(partner.id, now, *numbers) for _ in range(2))
     for rows in (by_session, by_driver):
         for index, row in enumerate(rows):
@@ -393,15 +394,19 @@ def test_insert_rows_needs_every_column_with_a_python_default(services: Services
     assert _stored(services) == []
 
 
-def test_a_refused_row_fails_the_whole_insert_and_hides_the_values(services: Services) -> None:
-    """A duplicate key in the last table of the call: SQLAlchemy's error, as a session's
-    would be, without the bound values; the transaction rolls back and nothing is stored."""
+@pytest.mark.parametrize("grants", [2, UNNEST_FROM_ROWS])
+def test_a_refused_row_fails_the_whole_insert_and_hides_the_values(
+    services: Services, grants: int
+) -> None:
+    """A duplicate key in the last table of the call (row by row, and on PostgreSQL as arrays
+    too): SQLAlchemy's error, as a session's would be, without the bound values; the
+    transaction rolls back and nothing is stored."""
     partner = make_partner(services).partner
     now = services.clock.now()
     receipts = _receipt_rows(partner.id, now, "R-1", "R-2")
     grant = _grant_row(partner.id, receipts[0]["id"], now)
     with pytest.raises(IntegrityError) as refused, services.db.session() as session:
-        services.db.insert_rows(session, {Receipt: receipts, ReceiptGrant: [grant, grant]})
+        services.db.insert_rows(session, {Receipt: receipts, ReceiptGrant: [grant] * grants})
     assert "parameters hidden" in str(refused.value)
     assert str(partner.id.hex) not in str(refused.value)
     assert _stored(services) == []
