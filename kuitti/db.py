@@ -38,6 +38,7 @@ from sqlalchemy import (
     Engine,
     MetaData,
     Select,
+    String,
     Table,
     Text,
     bindparam,
@@ -585,7 +586,8 @@ class RowsInsert:
             return
         quote = dialect.identifier_preparer.quote
         arrays = ", ".join(
-            f"%b::{into.c[name].type.compile(dialect=dialect)}[]" for name in self.columns
+            f"%b::{_unbounded(into.c[name].type).compile(dialect=dialect)}[]"
+            for name in self.columns
         )
         # Only the metadata's own names, quoted by the dialect, go into the text; values are
         # parameters.
@@ -612,3 +614,12 @@ class RowsInsert:
             column = [row[name] for row in rows]
             out.append(column if process is None else [process(value) for value in column])
         return out
+
+
+def _unbounded(type_: TypeEngine[Any]) -> TypeEngine[Any]:
+    """The type of an array element cast for a column of ``type_``: text without its length,
+    since an explicit cast to ``VARCHAR(3)`` cuts longer text short without a word, where the
+    column's own assignment refuses it."""
+    if isinstance(type_, String) and type_.length is not None:
+        return String()
+    return type_

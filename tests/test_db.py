@@ -335,6 +335,23 @@ def test_insert_rows_keeps_every_value_of_many_rows_as_a_session_does(
     assert [stored[row["id"]][3] for row in by_driver] == numbers
 
 
+@pytest.mark.parametrize("rows", [1, UNNEST_FROM_ROWS])
+def test_text_longer_than_its_column_is_refused_not_cut_short(
+    services: Services, rows: int
+) -> None:
+    """PostgreSQL (SQLite does not enforce lengths): as rows and as arrays, a value over its
+    column's length fails the insert as a session's would, instead of being stored cut short
+    (what an explicit cast to the column's own type would do)."""
+    if services.db.is_sqlite:
+        pytest.skip("SQLite does not enforce VARCHAR lengths")
+    partner = make_partner(services).partner
+    receipts = _receipt_rows(partner.id, services.clock.now(), *(f"R-{i}" for i in range(rows)))
+    receipts[-1]["currency"] = "EURO"
+    with pytest.raises(DBAPIError, match="too long"), services.db.session() as session:
+        services.db.insert_rows(session, {Receipt: receipts})
+    assert _stored(services) == []
+
+
 def test_a_document_given_as_utf8_bytes_is_stored_as_the_same_text(services: Services) -> None:
     """The writer hands the document over as orjson's bytes: whether by the driver path or a
     session, it is stored as text (not a BLOB on SQLite) and read back equal to the str form."""
