@@ -545,9 +545,9 @@ class DirectQuery:
 
 UNNEST_FROM_ROWS = 5
 """From how many rows ``RowsInsert`` sends PostgreSQL arrays: psycopg's cost of an array has a
-fixed part (it looks through the list for the elements' type) that a few rows do not repay
-(``bench/write_batch.py``: one row a statement 0.91 ms of writer CPU a receipt as rows, 1.16 ms
-as arrays; equal at four; six 0.31 against 0.33 ms)."""
+fixed part (it looks through the list for the elements' type) that a few rows do not repay. In
+``bench/write_batch.py`` a batch of one receipt cost the writer 0.91 ms as rows and 1.16 ms as
+arrays; four, the same; six, 0.33 against 0.31 ms."""
 
 
 class RowsInsert:
