@@ -335,6 +335,19 @@ def test_insert_rows_keeps_every_value_of_many_rows_as_a_session_does(
     assert [stored[row["id"]][3] for row in by_driver] == numbers
 
 
+def test_insert_rows_takes_a_column_null_in_every_row(services: Services) -> None:
+    """An array of nothing but nulls has no element type for the driver to find."""
+    partner = make_partner(services).partner
+    rows = _receipt_rows(partner.id, services.clock.now(), *(f"R-{i}" for i in range(6)))
+    for row in rows:
+        row["original_receipt_id"] = None
+    with services.db.session() as session:
+        services.db.insert_rows(session, {Receipt: rows})
+    with services.db.session(write=False) as session:
+        stored = session.execute(select(Receipt.receipt_number, Receipt.original_receipt_id))
+        assert sorted(stored) == [(f"R-{i}", None) for i in range(6)]
+
+
 @pytest.mark.parametrize("rows", [1, UNNEST_FROM_ROWS])
 def test_text_longer_than_its_column_is_refused_not_cut_short(
     services: Services, rows: int
