@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import random
 import re
 import secrets
@@ -530,7 +531,8 @@ def main() -> None:
     print(
         f"{len(bodies)} receipts, body size median {sizes[len(sizes) // 2] / 1024:.1f} KB, "
         f"max {sizes[-1] / 1024:.1f} KB; {args.clients} clients, {args.seconds} s, "
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start"
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
+        f"Python {platform.python_version()} from {sys.base_prefix}"
     )
     kinds = ["sqlite", "postgresql"] if args.database == "both" else [args.database]
     for workers in [int(w) for w in args.workers.split(",")]:
