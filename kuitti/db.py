@@ -41,16 +41,20 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
     bindparam,
     cast,
     create_engine,
     event,
     insert,
+    null,
+    update,
 )
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, DisconnectionError, StatementError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from kuitti.checkpoints import WAL_AUTOCHECKPOINT_PAGES, BackgroundCheckpoints
@@ -262,6 +266,9 @@ class Database:
         self._sqlite_write_lock = threading.Lock()
         self._direct: dict[int, tuple[Select[*tuple[Any, ...]], DirectQuery]] = {}
         self._inserts: dict[tuple[str, tuple[str, ...]], RowsInsert] = {}
+        self._updates: dict[
+            tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], RowsUpdate
+        ] = {}
         self._async_pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool] = {}
 
     @property
@@ -407,11 +414,42 @@ class Database:
         a statement, and each statement waited for its own round trip (docs/performance.md,
         "The writer on the driver"). The rows of a table name the same columns, and every
         column with a Python-side default among them: a compiled statement cannot supply one."""
-        work = [
-            (self._rows_insert(table(model), tuple(rows[0])), rows)
-            for model, rows in tables.items()
-            if rows
-        ]
+        self._run_rows(
+            session,
+            [
+                (self._rows_insert(table(model), tuple(rows[0])), rows)
+                for model, rows in tables.items()
+                if rows
+            ],
+        )
+
+    def update_rows(
+        self,
+        session: Session,
+        model: type[Base],
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        match: tuple[str, ...],
+        cleared: tuple[str, ...] = (),
+    ) -> None:
+        """Update, in ``session``'s transaction, the row of ``model`` that each of ``rows``
+        names by its ``match`` columns: its other columns set to the row's values, ``cleared``
+        set to NULL. A row that matches nothing (a lease taken back, say) changes nothing. One
+        statement on the driver, like ``insert_rows`` (``RowsUpdate``): for the webhook
+        worker, which records a batch of outcomes in every transaction."""
+        if rows:
+            columns = tuple(name for name in rows[0] if name not in match)
+            key = (table(model).name, match, columns, cleared)
+            statement = self._updates.get(key)
+            if statement is None:
+                statement = self._updates[key] = RowsUpdate(
+                    self.engine, table(model), match, columns, cleared
+                )
+            self._run_rows(session, [(statement, rows)])
+
+    def _run_rows(
+        self, session: Session, work: Sequence[tuple[RowsStatement, Sequence[Mapping[str, Any]]]]
+    ) -> None:
         if not work:
             return
         driver = _driver_of(session)
@@ -550,16 +588,71 @@ fixed part (it looks through the list for the elements' type) that a few rows do
 arrays; four, the same; six, 0.33 against 0.31 ms."""
 
 
-class RowsInsert:
-    """Rows of one table, all naming the same columns, inserted by one statement on the driver
-    (``Database.insert_rows``), each value converted by its column's type as SQLAlchemy would.
+class RowsStatement:
+    """A statement that writes rows, all naming the same columns, in one call on the driver
+    (``Database.insert_rows``, ``Database.update_rows``), each value converted by its column's
+    type as SQLAlchemy would.
 
-    The statement is SQLAlchemy's single-row ``INSERT``, run by ``executemany``: on SQLite one
+    Its row-at-a-time form is SQLAlchemy's own statement, run by ``executemany``: on SQLite one
     C loop. On PostgreSQL psycopg runs that loop row by row through its Python layer, which
     cost the ingest writer about a tenth of its CPU (docs/performance.md, "Thirteenth round"),
-    so from ``UNNEST_FROM_ROWS`` rows on it is ``INSERT … SELECT * FROM unnest(…)`` with one
-    array for each column, in binary: psycopg escapes a text array's elements one character at
-    a time (a 17 KB document took milliseconds)."""
+    so from ``UNNEST_FROM_ROWS`` rows on it is one statement over ``unnest(…)`` of one array
+    for each parameter, in binary: psycopg escapes a text array's elements one character at a
+    time (a 17 KB document took milliseconds)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        compiled: SQLCompiler,
+        fields: Mapping[str, tuple[str, TypeEngine[Any]]],
+    ) -> None:
+        """``fields``: for each parameter of ``compiled``, the key of its value in a row, and
+        its column's type."""
+        dialect = engine.dialect
+        # SQLite's placeholders are positional, in the statement's order; PostgreSQL's are
+        # named, and its array form takes them in the order of ``fields``.
+        self.params: tuple[str, ...] = (
+            tuple(compiled.positiontup)  # type: ignore[arg-type]
+            if compiled.positional
+            else tuple(fields)
+        )
+        self._keys = [fields[param][0] for param in self.params]
+        self._to_driver = [
+            fields[param][1].dialect_impl(dialect).bind_processor(dialect) for param in self.params
+        ]
+        self.sql = str(compiled)
+        self._positional = compiled.positional
+        self.array_sql: str | None = None
+        """The statement over arrays (PostgreSQL), with a ``%b`` per parameter in order."""
+
+    @staticmethod
+    def arrays(dialect: Dialect, types: Sequence[TypeEngine[Any]]) -> str:
+        """``unnest``'s arguments: a binary array parameter for each type."""
+        return ", ".join(f"%b::{_unbounded(type_).compile(dialect=dialect)}[]" for type_ in types)
+
+    def for_rows(self, rows: Sequence[Mapping[str, Any]]) -> tuple[str, Any, bool]:
+        """The statement for ``rows``, its parameters, and whether it is run once (arrays)
+        rather than once a row (``executemany``)."""
+        values = self.columns_of(rows)
+        if self.array_sql is not None and len(rows) >= UNNEST_FROM_ROWS:
+            return self.array_sql, values, True
+        by_row = zip(*values, strict=True)
+        if self._positional:
+            return self.sql, list(by_row), False
+        return self.sql, [dict(zip(self.params, row, strict=True)) for row in by_row], False
+
+    def columns_of(self, rows: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+        """The rows' values, converted for the driver, one list per parameter."""
+        out = []
+        for key, process in zip(self._keys, self._to_driver, strict=True):
+            column = [row[key] for row in rows]
+            out.append(column if process is None else [process(value) for value in column])
+        return out
+
+
+class RowsInsert(RowsStatement):
+    """Rows inserted into one table: SQLAlchemy's single-row ``INSERT``, or on PostgreSQL
+    ``INSERT … SELECT * FROM unnest(…)``."""
 
     def __init__(self, engine: Engine, into: Table, columns: tuple[str, ...]) -> None:
         dialect = engine.dialect
@@ -568,52 +661,66 @@ class RowsInsert:
         if compiled.insert_prefetch:
             missing = ", ".join(column.name for column in compiled.insert_prefetch)
             raise ValueError(f"insert_rows needs a value for every defaulted column: {missing}")
-        # SQLite's placeholders are positional; SQLAlchemy writes the columns in the table's
-        # order, whatever the rows' order, and so does the statement for PostgreSQL.
-        self.columns: tuple[str, ...] = (
-            tuple(compiled.positiontup)  # type: ignore[arg-type]
-            if compiled.positional
-            else tuple(column.name for column in into.c if column.name in values)
-        )
-        self._to_driver = [
-            into.c[name].type.dialect_impl(dialect).bind_processor(dialect) for name in self.columns
-        ]
-        # One row at a time: SQLAlchemy's own statement.
-        self.sql = str(compiled)
-        self._positional = compiled.positional
-        self.unnest_sql: str | None = None
+        # SQLAlchemy writes the columns in the table's order, whatever the rows' order.
+        ordered = [column.name for column in into.c if column.name in values]
+        super().__init__(engine, compiled, {name: (name, into.c[name].type) for name in ordered})
         if dialect.name == "sqlite":
             return
         quote = dialect.identifier_preparer.quote
-        arrays = ", ".join(
-            f"%b::{_unbounded(into.c[name].type).compile(dialect=dialect)}[]"
-            for name in self.columns
-        )
+        arrays = self.arrays(dialect, [into.c[name].type for name in self.params])
         # Only the metadata's own names, quoted by the dialect, go into the text; values are
         # parameters.
-        self.unnest_sql = (
+        self.array_sql = (
             f"INSERT INTO {dialect.identifier_preparer.format_table(into)} "  # noqa: S608
-            f"({', '.join(quote(name) for name in self.columns)}) SELECT * FROM unnest({arrays})"
+            f"({', '.join(quote(name) for name in self.params)}) SELECT * FROM unnest({arrays})"
         )
 
-    def for_rows(self, rows: Sequence[Mapping[str, Any]]) -> tuple[str, Any, bool]:
-        """The statement for ``rows``, its parameters, and whether it is run once (arrays)
-        rather than once a row (``executemany``)."""
-        values = self.columns_of(rows)
-        if self.unnest_sql is not None and len(rows) >= UNNEST_FROM_ROWS:
-            return self.unnest_sql, values, True
-        by_row = zip(*values, strict=True)
-        if self._positional:
-            return self.sql, list(by_row), False
-        return self.sql, [dict(zip(self.columns, row, strict=True)) for row in by_row], False
 
-    def columns_of(self, rows: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
-        """The rows' values, converted for the driver, one list per column."""
-        out = []
-        for name, process in zip(self.columns, self._to_driver, strict=True):
-            column = [row[name] for row in rows]
-            out.append(column if process is None else [process(value) for value in column])
-        return out
+class RowsUpdate(RowsStatement):
+    """Rows of one table updated by the values of their ``match`` columns: SQLAlchemy's
+    single-row ``UPDATE``, or on PostgreSQL ``UPDATE … FROM unnest(…)``."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        into: Table,
+        match: tuple[str, ...],
+        columns: tuple[str, ...],
+        cleared: tuple[str, ...],
+    ) -> None:
+        dialect = engine.dialect
+        # Parameters are named apart from the columns: SQLAlchemy keeps a column's own name for
+        # the SET clause.
+        matched = {f"m_{name}": (name, into.c[name].type) for name in match}
+        assigned = {f"v_{name}": (name, into.c[name].type) for name in columns}
+        fields = matched | assigned
+        statement = (
+            update(into)
+            .where(
+                and_(*(into.c[name] == bindparam(param) for param, (name, _) in matched.items()))
+            )
+            .values(
+                {name: bindparam(param, type_=type_) for param, (name, type_) in assigned.items()}
+                | {name: null() for name in cleared}
+            )
+        )
+        super().__init__(engine, statement.compile(dialect=dialect), fields)
+        if dialect.name == "sqlite":
+            return
+        quote = dialect.identifier_preparer.quote
+        target = dialect.identifier_preparer.format_table(into)
+        names = [f"c{index}" for index in range(len(self.params))]
+        source = dict(zip(self.params, names, strict=True))
+        arrays = self.arrays(dialect, [fields[param][1] for param in self.params])
+        settings = [f"{quote(name)} = v.{source['v_' + name]}" for name in columns] + [
+            f"{quote(name)} = NULL" for name in cleared
+        ]
+        matches = [f"{target}.{quote(name)} = v.{source['m_' + name]}" for name in match]
+        # As for inserts, only the metadata's names go into the text.
+        self.array_sql = (
+            f"UPDATE {target} SET {', '.join(settings)} "  # noqa: S608
+            f"FROM unnest({arrays}) AS v({', '.join(names)}) WHERE {' AND '.join(matches)}"
+        )
 
 
 def _unbounded(type_: TypeEngine[Any]) -> TypeEngine[Any]:

@@ -83,7 +83,9 @@ def held_by(model: type[OutboxRow], row_id: Any, token: Any) -> ColumnElement[bo
     return and_(model.id == row_id, model.lease_token == token)
 
 
-RELEASED: dict[str, Any] = {"lease_expires_at": None, "lease_token": None}
+LEASE_COLUMNS = ("lease_expires_at", "lease_token")
+RELEASED: dict[str, Any] = dict.fromkeys(LEASE_COLUMNS)
+"""A row's values when its lease is given back: every lease column NULL."""
 
 
 def retry_delay_seconds(settings: Settings, attempts_made: int, rng: random.Random) -> float:

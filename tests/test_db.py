@@ -348,6 +348,77 @@ def test_insert_rows_takes_a_column_null_in_every_row(services: Services) -> Non
         assert sorted(stored) == [(f"R-{i}", None) for i in range(6)]
 
 
+@pytest.mark.parametrize("count", [2, UNNEST_FROM_ROWS + 1])
+def test_update_rows_moves_only_the_rows_it_names(services: Services, count: int) -> None:
+    """Each row found by its match columns takes the new values (text that array syntax would
+    escape, 64-bit integers, an aware time in another zone, JSON, booleans) and its cleared
+    columns become NULL; a row whose match columns no longer agree (as a lease taken back) is
+    left as it was. As rows (few) and, on PostgreSQL, as arrays (many)."""
+    partner = make_partner(services).partner
+    now = services.clock.now()
+    (original,) = _receipt_rows(partner.id, now - timedelta(days=1), "R-0")
+    rows = _receipt_rows(partner.id, now, *(f"R-{i}" for i in range(1, count + 2)))
+    for row in rows:
+        row["original_receipt_id"] = original["id"]
+    with services.db.session() as session:
+        services.db.insert_rows(session, {Receipt: [original]})
+        services.db.insert_rows(session, {Receipt: rows})
+    names = ['"quoted", {braced}', "back\\slash", "NULL", "", "Åke's ☕", "x" * 200, "y"]
+    later = (now + timedelta(hours=1)).astimezone(ZoneInfo("Europe/Helsinki"))
+    updates: list[dict[str, Any]] = [
+        {
+            "id": row["id"],
+            "receipt_number": row["receipt_number"],
+            "merchant_name": names[index % len(names)],
+            "total": (-1) ** index * (2**62 + index),
+            "receipt_time": later,
+            "token_statuses": [{"status": names[index % len(names)]}],
+            "sandbox": index % 2 == 1,
+        }
+        for index, row in enumerate(rows)
+    ]
+    updates[-1]["receipt_number"] = "no longer this one's"
+    with services.db.session() as session:
+        services.db.update_rows(
+            session,
+            Receipt,
+            updates,
+            match=("id", "receipt_number"),
+            cleared=("original_receipt_id",),
+        )
+    with services.db.session(write=False) as session:
+        stored = {
+            receipt.id: (
+                receipt.merchant_name,
+                receipt.total,
+                receipt.receipt_time,
+                receipt.token_statuses,
+                receipt.sandbox,
+                receipt.original_receipt_id,
+            )
+            for receipt in session.scalars(select(Receipt))
+        }
+    for update in updates[:-1]:
+        assert stored[update["id"]] == (
+            update["merchant_name"],
+            update["total"],
+            later,
+            update["token_statuses"],
+            update["sandbox"],
+            None,
+        )
+    left = rows[-1]
+    assert stored[left["id"]] == (
+        "Kauppa Oy",
+        1250,
+        now,
+        left["token_statuses"],
+        True,
+        original["id"],
+    )
+    assert stored[original["id"]][5] is None
+
+
 @pytest.mark.parametrize("rows", [1, UNNEST_FROM_ROWS])
 def test_text_longer_than_its_column_is_refused_not_cut_short(
     services: Services, rows: int
