@@ -265,10 +265,7 @@ class Database:
         self._write_sessions = sessionmaker(write_engine, expire_on_commit=False, info=info)
         self._sqlite_write_lock = threading.Lock()
         self._direct: dict[int, tuple[Select[*tuple[Any, ...]], DirectQuery]] = {}
-        self._inserts: dict[tuple[str, tuple[str, ...]], RowsInsert] = {}
-        self._updates: dict[
-            tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], RowsUpdate
-        ] = {}
+        self._row_statements: dict[tuple[Any, ...], RowsStatement] = {}
         self._async_pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool] = {}
 
     @property
@@ -417,7 +414,10 @@ class Database:
         self._run_rows(
             session,
             [
-                (self._rows_insert(table(model), tuple(rows[0])), rows)
+                (
+                    self._row_statement(RowsInsert, table(model), tuple(rows[0])),
+                    rows,
+                )
                 for model, rows in tables.items()
                 if rows
             ],
@@ -439,12 +439,7 @@ class Database:
         worker, which records a batch of outcomes in every transaction."""
         if rows:
             columns = tuple(name for name in rows[0] if name not in match)
-            key = (table(model).name, match, columns, cleared)
-            statement = self._updates.get(key)
-            if statement is None:
-                statement = self._updates[key] = RowsUpdate(
-                    self.engine, table(model), match, columns, cleared
-                )
+            statement = self._row_statement(RowsUpdate, table(model), match, columns, cleared)
             self._run_rows(session, [(statement, rows)])
 
     def _run_rows(
@@ -469,10 +464,12 @@ class Database:
         except self.engine.dialect.loaded_dbapi.Error as error:
             raise self._database_error(error, sql, values) from error
 
-    def _rows_insert(self, into: Table, columns: tuple[str, ...]) -> RowsInsert:
-        known = self._inserts.get((into.name, columns))
+    def _row_statement(self, kind: type[RowsStatement], *args: Any) -> RowsStatement:
+        """One ``kind`` of statement per table and columns, compiled on first use."""
+        key = (kind, *args)
+        known = self._row_statements.get(key)
         if known is None:
-            known = self._inserts[(into.name, columns)] = RowsInsert(self.engine, into, columns)
+            known = self._row_statements[key] = kind(self.engine, *args)
         return known
 
     def _database_error(self, error: Exception, sql: str, values: Any) -> StatementError:
