@@ -41,10 +41,10 @@ sys.path.insert(0, str(ROOT))
 
 from kuitti.inputs import (  # noqa: E402
     UNSURE,
-    has_long_numbers,
     json_quickly,
     parse_json,
     parse_json_fully,
+    scan_body,
 )
 from kuitti.receipts.schema import Receipt  # noqa: E402
 from kuitti.receipts.validation import (  # noqa: E402
@@ -75,7 +75,7 @@ def report(title: str, bodies: list[bytes], repeat: int) -> None:
 
     def card_scan(body: bytes) -> object:
         """What validation does: the body scan, and the walk only when the scan says so."""
-        return _may_hold_card_number(body, long_numbers=has_long_numbers(body)) and list(
+        return _may_hold_card_number(body, scan_body(body)) and list(
             _card_numbers(documents[body], ())
         )
 

@@ -23,6 +23,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import orjson
 
@@ -59,9 +60,10 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
+_UNICODE_ESCAPE = re.compile(rb"\\u([0-9a-fA-F]{4})")
 # An escape the quick path cannot vouch for: U+0000, or a colon (which would spoil the count of
 # keys in ``json_quickly``). orjson itself refuses every lone surrogate.
-_DOUBTFUL_ESCAPE = re.compile(rb"\\u(?:0000|003[aA])")
+_DOUBTFUL_ESCAPES = frozenset({b"0000", b"003a", b"003A"})
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 # Every integer of at most 18 digits is within the signed 64-bit range.
 _NINETEEN_DIGITS = b"0" * 19
@@ -73,24 +75,37 @@ UNSURE = object()
 """What ``json_quickly`` answers when only ``parse_json_fully`` can tell."""
 
 
-def parse_json(body: bytes, *, long_numbers: bool | None = None) -> object:
+def parse_json(body: bytes, *, scan: BodyScan | None = None) -> object:
     """The body as JSON that can be stored exactly; ``InvalidRequest`` otherwise. The same
     answer as ``parse_json_fully``, in a fraction of the time for the usual body.
 
-    ``long_numbers``: what ``has_long_numbers(body)`` answers, for a caller that needs it too."""
-    data = json_quickly(body, long_numbers=long_numbers)
+    ``scan``: what ``scan_body(body)`` answers, for a caller that needs it too."""
+    data = json_quickly(body, scan=scan)
     return parse_json_fully(body) if data is UNSURE else data
 
 
-def has_long_numbers(body: bytes) -> bool:
-    """Whether 14 bytes in a row are ASCII digits, spaces or hyphens: the only place where an
-    integer too long for 64 bits, or a card number written in ASCII, can be. One pass over the
-    body that the JSON reading and the card-number scan (``kuitti.receipts.validation``) share,
-    since nearly every body has no such run."""
-    return _FOURTEEN in body.translate(_NUMBER_BYTES_AS_ZERO)
+@dataclass(frozen=True)
+class BodyScan:
+    """What the JSON reading and the card-number check (``kuitti.receipts.validation``) both
+    look for in a body's bytes, found once for both: each pass over a 17 KB body costs 8–18 µs,
+    a few percent of its validation."""
+
+    long_numbers: bool
+    """14 bytes in a row are ASCII digits, spaces or hyphens: the only place where an integer
+    too long for 64 bits, or a card number written in ASCII, can be (nearly no body has one)."""
+    escapes: frozenset[bytes]
+    """The hex digits of each distinct ``\\u`` escape: a text escapes the same few letters
+    (ä, ö) many times. Empty for a body without one."""
 
 
-def json_quickly(body: bytes, *, long_numbers: bool | None = None) -> object:
+def scan_body(body: bytes) -> BodyScan:
+    return BodyScan(
+        long_numbers=_FOURTEEN in body.translate(_NUMBER_BYTES_AS_ZERO),
+        escapes=frozenset(_UNICODE_ESCAPE.findall(body)) if b"\\u" in body else frozenset(),
+    )
+
+
+def json_quickly(body: bytes, *, scan: BodyScan | None = None) -> object:
     """orjson's reading of a body in which nothing is refused, or ``UNSURE``.
 
     Each check is exact or more cautious than the reference:
@@ -111,11 +126,11 @@ def json_quickly(body: bytes, *, long_numbers: bool | None = None) -> object:
         indented = orjson.dumps(data, option=orjson.OPT_INDENT_2)
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
         return UNSURE
-    if long_numbers is None:
-        long_numbers = has_long_numbers(body)
+    if scan is None:
+        scan = scan_body(body)
     if (
-        (b"\\u" in body and _DOUBTFUL_ESCAPE.search(body) is not None)
-        or (long_numbers and _NINETEEN_DIGITS in body.translate(_DIGITS_AS_ZERO))
+        not scan.escapes.isdisjoint(_DOUBTFUL_ESCAPES)
+        or (scan.long_numbers and _NINETEEN_DIGITS in body.translate(_DIGITS_AS_ZERO))
         or body.count(b":") != indented.count(b":")
         or _TOO_DEEP_LINE in indented
     ):

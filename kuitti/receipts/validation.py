@@ -28,7 +28,7 @@ from pydantic_core import ErrorDetails
 
 from kuitti.cards.pan import contains_card_number
 from kuitti.errors import ErrorDetail, InvalidRequest
-from kuitti.inputs import has_long_numbers, json_path, parse_json, parse_json_fully
+from kuitti.inputs import BodyScan, json_path, parse_json, parse_json_fully, scan_body
 from kuitti.receipts.schema import PATTERN_MESSAGES, Receipt, row_type_at
 
 MAX_TOKENS = 50
@@ -112,8 +112,8 @@ def parse_receipt_request(
     ``fully`` takes the reference way at each step that has a quick one giving the same answer:
     the JSON read by ``inputs.parse_json_fully``, every document walked for full card numbers.
     The differential tests and ``bench/validation.py`` compare the two."""
-    long_numbers = has_long_numbers(body)
-    data = parse_json_fully(body) if fully else parse_json(body, long_numbers=long_numbers)
+    scan = scan_body(body)
+    data = parse_json_fully(body) if fully else parse_json(body, scan=scan)
     if not isinstance(data, dict):
         raise InvalidRequest(
             [ErrorDetail("invalid_type", "$: the body must be a JSON object (a receipt document).")]
@@ -141,7 +141,7 @@ def parse_receipt_request(
         errors.extend(_shape_errors(exc.errors(), document, prefix))
         raise InvalidRequest(errors) from None
     errors.extend(check_rules(receipt, prefix, attachments_enabled=attachments_enabled))
-    if fully or _may_hold_card_number(body, long_numbers=long_numbers):
+    if fully or _may_hold_card_number(body, scan):
         errors.extend(_card_numbers(document, prefix))
     if errors:
         raise InvalidRequest(errors)
@@ -153,15 +153,14 @@ _CARD_KEY = re.compile(r"pan|card", re.IGNORECASE)
 
 
 # A full card number has at least 14 digits, at most one space or hyphen between two of them.
-# The regular expression tries every digit of the body, so it runs only where
-# ``has_long_numbers`` found 14 bytes in a row that are digits, spaces or hyphens.
+# The regular expression tries every digit of the body, so it runs only where ``scan_body``
+# found 14 bytes in a row that are digits, spaces or hyphens.
 _ASCII_DIGIT_RUN = re.compile(rb"[0-9][0-9 -]{13}")
-_UNICODE_ESCAPE = re.compile(rb"\\u([0-9a-fA-F]{4})")
 _ASCII_BYTES = bytes(range(128))
 _DIGIT_OR_SEPARATOR = re.compile(r"[\d -]")
 
 
-def _may_hold_card_number(body: bytes, *, long_numbers: bool) -> bool:
+def _may_hold_card_number(body: bytes, scan: BodyScan) -> bool:
     """False when no string or number of the JSON body can hold a card number, which spares
     the walk of ``_card_numbers`` (most of validation's cost) for nearly every receipt.
 
@@ -169,14 +168,12 @@ def _may_hold_card_number(body: bytes, *, long_numbers: bool) -> bool:
     escape spells a digit, a space, a hyphen or half of a surrogate pair, or the text has a
     digit outside ASCII, a run of digits in any value is also a run of ASCII digits in the body.
     (Scanning bytes for ASCII digits is several times faster than ``\\d`` over text.)"""
-    if long_numbers and _ASCII_DIGIT_RUN.search(body) is not None:
+    if scan.long_numbers and _ASCII_DIGIT_RUN.search(body) is not None:
         return True
-    if b"\\u" in body:
-        # Each distinct escape once: a text escapes the same few letters (ä, ö) many times.
-        for digits in set(_UNICODE_ESCAPE.findall(body)):
-            code = int(digits, 16)
-            if 0xD800 <= code <= 0xDFFF or _DIGIT_OR_SEPARATOR.match(chr(code)):
-                return True
+    for digits in scan.escapes:
+        code = int(digits, 16)
+        if 0xD800 <= code <= 0xDFFF or _DIGIT_OR_SEPARATOR.match(chr(code)):
+            return True
     if body.isascii():  # a client that escapes every character beyond ASCII, as Python's does
         return False
     # Deleting the ASCII bytes of valid UTF-8 leaves whole characters.
