@@ -37,7 +37,7 @@ from kuitti.ids import new_id
 from kuitti.receipts import ingest, validation
 from kuitti.receipts.ingest import Ingest
 from kuitti.receipts.schema import Receipt
-from kuitti.receipts.service import CreatedReceipt, Outcome, Posting
+from kuitti.receipts.service import CreatedReceipt, Outcome, Prepared
 
 
 def _unstored_answer(settings: Settings) -> Outcome:
@@ -52,7 +52,7 @@ def _unstored_answer(settings: Settings) -> Outcome:
     return Outcome(answer=(200, body))
 
 
-def _write_nothing(_db: Database, settings: Settings, postings: list[Posting]) -> list[Outcome]:
+def _write_nothing(_db: Database, settings: Settings, postings: list[Prepared]) -> list[Outcome]:
     """``ingest.write_batch``'s answers without the database."""
     return [_unstored_answer(settings) for _ in postings]
 
@@ -61,7 +61,7 @@ _queue_and_wait = Ingest._write
 _writes: set[asyncio.Task[Outcome]] = set()
 
 
-async def _answer_at_once(self: Ingest, posting: Posting) -> Outcome:
+async def _answer_at_once(self: Ingest, posting: Prepared) -> Outcome:
     """``Ingest._write`` answering when the posting is queued, not when it is committed."""
     write = asyncio.create_task(_queue_and_wait(self, posting))
     _writes.add(write)

@@ -2,8 +2,9 @@
 for a batch of validated posts) on SQLite or PostgreSQL, with no HTTP and no validation in the
 figure, and where that CPU goes.
 
-It validates the receipts of ``bench/ingest.py`` (60 rows, a CARD payment) once, then stores them
-in batches of ``--batch`` as the writer thread does, and prints the writer's CPU per receipt (this
+It validates the receipts of ``bench/ingest.py`` (60 rows, a CARD payment) and builds their rows
+once, as the event loop does (``receipts.service.prepare_posting``), then stores them in batches
+of ``--batch`` as the writer thread does, and prints the writer's CPU per receipt (this
 thread's own CPU: the Python side and, on SQLite, the database engine, which runs in-process; on
 PostgreSQL the server's own CPU is not counted) and, with ``--profile``, cProfile's top functions.
 
@@ -33,7 +34,7 @@ from kuitti.cli_helpers import open_services  # noqa: E402
 from kuitti.partners.keys import holder_of_digest, key_digest  # noqa: E402
 from kuitti.receipts.checks import check_body  # noqa: E402
 from kuitti.receipts.ingest import write_batch  # noqa: E402
-from kuitti.receipts.service import Posting  # noqa: E402
+from kuitti.receipts.service import Posting, prepare_posting  # noqa: E402
 
 
 def main() -> None:
@@ -51,11 +52,13 @@ def main() -> None:
             holder = holder_of_digest(session, digest)
         assert holder is not None
         now = services.clock.now()
+        bodies = [
+            json.dumps(realistic_receipt(rng, i, 60)).encode() for i in range(args.receipts + 200)
+        ]
+        # Validated and prepared as the event loop does, before the writer takes them.
         postings = [
-            Posting(
-                holder, check_body(json.dumps(realistic_receipt(rng, i, 60)).encode(), holder), now
-            )
-            for i in range(args.receipts + 200)
+            prepare_posting(services.settings, Posting(holder, check_body(body, holder), now), body)
+            for body in bodies
         ]
         batches = [postings[i : i + args.batch] for i in range(0, len(postings), args.batch)]
         warm, measured = batches[: 200 // args.batch], batches[200 // args.batch :]

@@ -3,13 +3,13 @@
 The request path (docs/architecture.md, "The receipt post"):
 
 1. On the event loop, with no thread hop: the API key's holder (``KeyHolder``, remembered per
-   process, looked up in a thread only on first sight), the role, the headers and the
-   validation of the body.
-2. The validated posting joins the queue of this process's writer and waits. The writer takes
-   every posting waiting, builds their rows (``service.prepare_postings``), then stores them in
-   one transaction (``service.create_receipts``: the key holders read again, then a few
-   multi-row inserts), commits once, and only then answers each of them. While it writes, the
-   next postings gather for the next commit.
+   process, looked up in a thread only on first sight), the role, the headers, the validation
+   of the body, and the rows that store it (``service.prepare_posting``), after which the
+   parsed document is freed.
+2. The prepared posting joins the queue of this process's writer and waits. The writer takes
+   every posting waiting and stores them in one transaction (``service.create_receipts``: the
+   key holders read again, then a few multi-row inserts), commits once, and only then answers
+   each of them. While it writes, the next postings gather for the next commit.
 3. If the batch fails as a whole (a unique row taken by another process meanwhile, a database
    error), it is rolled back and each posting is written alone, so one bad receipt fails only
    its own request.
@@ -48,8 +48,9 @@ from kuitti.receipts.service import (
     IdempotencyKey,
     Outcome,
     Posting,
+    Prepared,
     create_receipts,
-    prepare_postings,
+    prepare_posting,
     stored_receipts,
 )
 from kuitti.services import Services
@@ -65,7 +66,7 @@ class Ingest:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.key_holders = KeyHolderCache()
-        self._waiting: list[tuple[Posting, asyncio.Future[Outcome]]] = []
+        self._waiting: list[tuple[Prepared, asyncio.Future[Outcome]]] = []
         self._writer: asyncio.Task[None] | None = None
         self._writing = 0
 
@@ -91,12 +92,12 @@ class Ingest:
             if holder is None:
                 holder = await self._look_up(digest)
             try:
-                posting = _validated(holder, body, content_type, idempotency_key, now)
+                prepared = self._prepared(holder, body, content_type, idempotency_key, now)
             except KuittiError:
                 if looked_up:
                     raise
                 continue  # answer only what a fresh lookup agrees with
-            outcome = await self._write(posting)
+            outcome = await self._write(prepared)
             if outcome.stale:
                 self.key_holders.forget(digest)
                 continue
@@ -114,7 +115,20 @@ class Ingest:
         self.key_holders.put(holder)
         return holder
 
-    async def _write(self, posting: Posting) -> Outcome:
+    def _prepared(
+        self,
+        holder: KeyHolder,
+        body: bytes,
+        content_type: str | None,
+        idempotency_key: str | None,
+        now: datetime,
+    ) -> Prepared:
+        """The post validated and its rows built; only what the writer needs outlives this call
+        (``service.Prepared``)."""
+        posting = _validated(holder, body, content_type, idempotency_key, now)
+        return prepare_posting(self.services.settings, posting, body)
+
+    async def _write(self, posting: Prepared) -> Outcome:
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self._waiting.append((posting, future))
         if self._writer is None:
@@ -175,14 +189,11 @@ def _validated(
     return Posting(holder, request, now, idempotency)
 
 
-def write_batch(db: Database, settings: Settings, postings: list[Posting]) -> list[Outcome]:
-    """Store ``postings`` in one transaction; if it fails as a whole, each one alone. Their
-    rows are built before the transaction begins, so that it holds SQLite's write lock only to
-    write (``service.prepare_postings``)."""
+def write_batch(db: Database, settings: Settings, postings: list[Prepared]) -> list[Outcome]:
+    """Store ``postings`` in one transaction; if it fails as a whole, each one alone."""
     try:
-        batch = prepare_postings(settings, postings)
         with db.session() as session:
-            outcomes = create_receipts(session, settings, batch)
+            outcomes = create_receipts(session, settings, postings)
             stored = stored_receipts(session)
         RECEIPTS_CREATED.inc(stored)  # committed
         INGEST_BATCH.observe(len(postings))

@@ -15,13 +15,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import func, select, text
 
 from kuitti.models import IdempotencyRecord, PartnerRole, Receipt
+from kuitti.partners.keys import key_digest, look_up_holder
 from kuitti.partners.service import NewPartner
+from kuitti.receipts.checks import check_body
 from kuitti.receipts.ingest import Ingest
+from kuitti.receipts.service import Posting, prepare_posting
 from kuitti.services import Services
 from tests.conftest import LiveServer
 from tests.factories import auth, make_partner, receipt_doc, token_body
@@ -332,3 +336,34 @@ def test_the_batch_metric_counts_transactions_and_their_receipts(
     assert total - sum_before == 5
     # The first post may start a transaction of its own before the others arrive.
     assert count - count_before in (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("token", "kept"),
+    [
+        (None, False),
+        (till(1), False),
+        ({"type": "EMAIL", "value": "maija@example.com"}, True),
+    ],
+    ids=["no token", "RECEIPT_ID", "EMAIL"],
+)
+def test_a_prepared_posting_keeps_its_request_only_without_rows(
+    services: Services, token: dict[str, str] | None, kept: bool
+) -> None:
+    """The writer's queue holds rows, not parsed documents, for every posting plain inserts can
+    store; one that ``create_receipt`` must store after all reads the same request again."""
+    merchant = make_partner(services, namespaces=["kauppa"])
+    doc = receipt_doc(receiptNumber="R-1")
+    body = orjson.dumps(token_body(doc, token) if token else doc)
+    holder = look_up_holder(services.db, key_digest(merchant.api_key))
+    assert holder is not None
+    request = check_body(body, holder)
+    prepared = prepare_posting(
+        services.settings, Posting(holder, request, services.clock.now()), body
+    )
+    assert (prepared.rows is None) is kept
+    assert (prepared.validated is request) is kept
+    again = prepared.request()
+    assert again.document == request.document
+    assert again.tokens == request.tokens
+    assert again.receipt == request.receipt
