@@ -5,9 +5,10 @@ writer's statements (``Database.insert_rows``, ``run_in``)."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -19,7 +20,8 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from kuitti.db import UNNEST_FROM_ROWS, Database, UTCDateTime, table
+import kuitti.db
+from kuitti.db import SQLITE_BUSY_TIMEOUT_MS, UNNEST_FROM_ROWS, Database, UTCDateTime, table
 from kuitti.ids import new_id
 from kuitti.models import Partner, Receipt, ReceiptGrant
 from kuitti.models.receipts import GrantReason
@@ -511,3 +513,64 @@ def test_a_refused_row_fails_the_whole_insert_and_hides_the_values(
     assert "parameters hidden" in str(refused.value)
     assert str(partner.id.hex) not in str(refused.value)
     assert _stored(services) == []
+
+
+@pytest.fixture
+def write_lock_held_elsewhere(services: Services) -> Iterator[sqlite3.Connection]:
+    """Another connection to the database, holding SQLite's write lock until it ends its
+    transaction (as another process's writer would)."""
+    assert services.db.sqlite_file is not None
+    other = sqlite3.connect(services.db.sqlite_file, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        yield other
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+
+
+class _LockLetGoWhileAsleep:
+    """Stands in for the ``time`` module of ``kuitti.db``: the first sleep of a writer waiting
+    for the lock lets the other connection's transaction end."""
+
+    def __init__(self, holder: sqlite3.Connection) -> None:
+        self.holder = holder
+        self.sleeps = 0
+        self.monotonic = time.monotonic
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
+        if self.holder.in_transaction:
+            self.holder.execute("COMMIT")
+
+
+@pytest.mark.sqlite_only
+def test_a_writer_waits_for_another_connections_write_lock(
+    services: Services,
+    write_lock_held_elsewhere: sqlite3.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _LockLetGoWhileAsleep(write_lock_held_elsewhere)
+    monkeypatch.setattr(kuitti.db, "time", clock)
+    make_partner(services)  # a write transaction
+    assert clock.sleeps == 1  # refused once, then begun as soon as the lock was let go
+    with services.db.session(write=False) as session:
+        assert session.execute(text("PRAGMA busy_timeout")).scalar() == SQLITE_BUSY_TIMEOUT_MS
+
+
+@pytest.mark.sqlite_only
+def test_a_writer_gives_up_after_the_busy_timeout(
+    services: Services,
+    write_lock_held_elsewhere: sqlite3.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kuitti.db, "SQLITE_BUSY_TIMEOUT_MS", 200)
+    started = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+        make_partner(services)
+    assert time.monotonic() - started >= 0.2
+    write_lock_held_elsewhere.execute("ROLLBACK")
+    with services.db.session() as session:  # the connection went back to the pool unharmed
+        assert session.execute(text("PRAGMA busy_timeout")).scalar() == 200
+        session.execute(text("SELECT 1"))
