@@ -190,16 +190,17 @@ def _configure_sqlite(engine: Engine) -> None:
 
 
 def _begin_immediate(dbapi_connection: sqlite3.Connection) -> None:
-    """``BEGIN IMMEDIATE``, trying again every half millisecond while another process holds the
-    write lock, for at most the busy timeout.
+    """``BEGIN IMMEDIATE``, trying again every half millisecond while another connection holds
+    the write lock, for at most the connection's busy timeout.
 
     SQLite's own wait (its busy handler) sleeps 1, 2, 5, 10, 15… ms between tries, so a writer
     that finds the lock taken oversleeps the moment it is let go; with two processes storing
     receipts, that wait set the tail of the posts' latency (docs/performance.md, "Fifteenth
     round")."""
+    (timeout_ms,) = dbapi_connection.execute("PRAGMA busy_timeout").fetchone()
     dbapi_connection.execute("PRAGMA busy_timeout=0")
     try:
-        deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+        deadline = time.monotonic() + timeout_ms / 1000
         while True:
             try:
                 dbapi_connection.execute("BEGIN IMMEDIATE")
@@ -209,7 +210,7 @@ def _begin_immediate(dbapi_connection: sqlite3.Connection) -> None:
                     raise
             time.sleep(WRITE_LOCK_POLL_SECONDS)
     finally:
-        dbapi_connection.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        dbapi_connection.execute(f"PRAGMA busy_timeout={timeout_ms}")
 
 
 # Connections of each process's async pool for the hottest reads (PostgreSQL): a read is one

@@ -6,10 +6,9 @@ links, its deliveries and the outbox rows they cause commit together or not at a
 - ``create_receipts`` stores a batch of validated posts (what the ingest writer,
   ``kuitti.receipts.ingest``, commits together), each prepared by ``prepare_posting`` on the
   event loop right after its validation. It checks each post's partner again in this
-  transaction, then writes every
-  receipt that needs nothing but rows of its own (no token but RECEIPT_ID, no identifier or
-  idempotency key already used) with one multi-row insert per table, and hands each of the
-  others to ``create_receipt`` in a savepoint of its own.
+  transaction, then writes every receipt that needs nothing but rows of its own (no token but
+  RECEIPT_ID, no identifier or idempotency key already used) with one multi-row insert per
+  table, and hands each of the others to ``create_receipt`` in a savepoint of its own.
 - ``create_receipt`` stores one receipt, whatever its tokens: resends and duplicates of a
   RECEIPT_ID, idempotent replays, delivery through QR codes, cards, user tokens and e-mail.
 
