@@ -256,9 +256,9 @@ class Prepared:
     A posting with rows keeps its body rather than its request, so that the parsed document and
     its models are freed on the event loop as soon as the rows are built, while they are still
     in the CPU's caches, instead of after the commit: in alternated pairs a post cost a median
-    9 % less CPU (docs/performance.md, "Fifteenth round"). The rare posting with rows that ``create_receipt``
-    must store after all (its RECEIPT_ID or idempotency key was taken meanwhile) is read again
-    from its body."""
+    9 % less CPU (docs/performance.md, "Fifteenth round"). The rare posting with rows that
+    ``create_receipt`` must store after all (its RECEIPT_ID or idempotency key was taken
+    meanwhile) is read again from its body."""
 
     holder: KeyHolder
     now: datetime
