@@ -206,7 +206,8 @@ def _begin_immediate(dbapi_connection: sqlite3.Connection) -> None:
                 dbapi_connection.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY  # or an extended kind
+                if not busy or time.monotonic() > deadline:
                     raise
             time.sleep(WRITE_LOCK_POLL_SECONDS)
     finally:
