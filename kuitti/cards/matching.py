@@ -32,11 +32,12 @@ against all the code it covers.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, assert_never
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from kuitti.cards import pan, wakeups
@@ -61,12 +62,13 @@ from kuitti.cards.rules import (
 )
 from kuitti.clock import iso_utc
 from kuitti.config import Settings
-from kuitti.db import database_of
+from kuitti.db import Base, database_of
 from kuitti.ids import new_id
 from kuitti.metrics import CARD_MATCH_WAITS, CARD_MATCHES, CARD_MATCHING_DELAY
 from kuitti.models import Card, Receipt
 from kuitti.models.cards import (
     CardMatch,
+    CardMatchingQueue,
     CardPaymentRecord,
     CardPurchase,
     CardTransaction,
@@ -92,27 +94,30 @@ AFTER_WINDOW = "after the auth window closed, as the only fitting card"
 def record_card_payments(
     session: Session, receipt: Receipt, document: ReceiptDocument, *, now: datetime
 ) -> None:
-    """Record the receipt's CARD payments, due for matching at once, in the ingest transaction.
+    """Record the receipt's CARD payments, queued for matching, in the ingest transaction.
 
     Nothing is decided here: the worker, woken by this transaction's commit (``wakeups``),
     matches them in batches per merchant id (``settler.settle_due_matches``), so the receipt's
-    answer never waits for card-linking and a crash after the commit loses nothing — a due
-    payment stays due until a sweep decides it."""
+    answer never waits for card-linking and a crash after the commit loses nothing — a payment
+    stays queued until the transaction that decides it."""
     rows = card_payment_rows(receipt.id, document, sandbox=receipt.sandbox, now=now)
-    insert_card_payments(session, rows)
+    database_of(session).insert_rows(session, card_payment_inserts(session, rows))
 
 
-def insert_card_payments(session: Session, rows: list[dict[str, Any]]) -> None:
-    """Insert payments of ``card_payment_rows`` (of any number of receipts) in one statement."""
-    announce_card_payments(session, rows)
-    database_of(session).insert_rows(session, {CardPaymentRecord: rows})
-
-
-def announce_card_payments(session: Session, rows: list[dict[str, Any]]) -> None:
-    """Wake the matching worker after the commit if any of these payments waits for it; the
-    wake-up is sent at commit, so it may be announced before the rows are inserted."""
-    if any(row["status"] == PaymentStatus.WAITING.value for row in rows):
+def card_payment_inserts(
+    session: Session, rows: list[dict[str, Any]]
+) -> dict[type[Base], list[dict[str, Any]]]:
+    """What ``Database.insert_rows`` inserts to record payments of ``card_payment_rows`` (of any
+    number of receipts): the payments, and a ``CardMatchingQueue`` entry for each one that waits
+    for the worker. The worker's wake-up is announced for the commit."""
+    queued = [
+        {"payment_id": row["id"], "merchant_id": row["merchant_id"]}
+        for row in rows
+        if row["status"] == PaymentStatus.WAITING.value
+    ]
+    if queued:
         wakeups.MATCHING.announce(session)
+    return {CardPaymentRecord: rows, CardMatchingQueue: queued}
 
 
 def card_payment_rows(
@@ -154,7 +159,7 @@ def _row(
         "authorization_code": (attrs.authorizationCode or None) if attrs is not None else None,
         "reference_number": (attrs.referenceNumber or None) if attrs is not None else None,
         "sandbox": sandbox,
-        "settle_at": now,
+        "settle_at": None,
         "reason": {
             "why": "pending",
             "detail": "Recorded with the receipt; the matching worker decides it after the "
@@ -171,7 +176,6 @@ def _row(
         missing.append("maskedPAN showing the last four digits")
     if missing:
         row["status"] = PaymentStatus.UNMATCHABLE.value
-        row["settle_at"] = None
         row["reason"] = {
             "why": "unmatchable",
             "detail": f"The CARD payment lacks {' and '.join(missing)}, which matching needs.",
@@ -194,6 +198,8 @@ class Matcher:
     now: datetime
     _queue: list[CardPaymentRecord] = field(default_factory=list)
     matched: list[CardMatch] = field(default_factory=list)
+    _dequeued: set[uuid.UUID] = field(default_factory=set)
+    """Payments whose ``CardMatchingQueue`` entries ``run`` deletes: decided for the first time."""
 
     def evaluate(self, record: CardPaymentRecord) -> None:
         if record not in self._queue:
@@ -207,6 +213,9 @@ class Matcher:
             assert rounds < 10_000, "matching did not converge"
             if record.status == PaymentStatus.WAITING:
                 self._decide(record)
+        if self._dequeued:
+            _dequeue(self.session, self._dequeued)
+            self._dequeued.clear()
 
     # lookups ----------------------------------------------------------------------------------
 
@@ -345,8 +354,9 @@ class Matcher:
 
     def _decide(self, record: CardPaymentRecord) -> None:
         record.updated_at = self.now
-        if record.reason.get("why") == "pending":
+        if _pending(record):
             CARD_MATCHING_DELAY.observe((self.now - record.created_at).total_seconds())
+            self._dequeued.add(record.id)
         if record.paid_at < self.now - MATCHING_SET_LIFETIME:
             expire(record, self.now)
             return
@@ -551,8 +561,23 @@ class Matcher:
 
     # the deferred re-check --------------------------------------------------------------------
 
-    def settle_due(self, merchant_id: str, *, limit: int = SETTLE_BATCH) -> int:
-        """Decide this merchant id's payments whose auth window has closed (lock held)."""
+    def settle_due(
+        self, merchant_id: str, queued: Sequence[uuid.UUID] = (), *, limit: int = SETTLE_BATCH
+    ) -> int:
+        """Decide this merchant id's payments whose auth window has closed, and those of the
+        ``queued`` payment ids that are still in ``CardMatchingQueue`` (lock held): their entries
+        are deleted. Returns how many payments were decided."""
+        new: list[CardPaymentRecord] = []
+        if queued:
+            taken = self.session.scalars(
+                select(CardPaymentRecord)
+                .join(CardMatchingQueue, CardMatchingQueue.payment_id == CardPaymentRecord.id)
+                .where(CardMatchingQueue.payment_id.in_(queued))
+            ).all()
+            # An entry is deleted with the payment's first decision, so each is pending; any
+            # other is only taken off the queue.
+            new = [record for record in taken if _pending(record)]
+            self._dequeued.update(record.id for record in taken)
         due = list(
             self.session.scalars(
                 select(CardPaymentRecord)
@@ -565,10 +590,22 @@ class Matcher:
                 .limit(limit)
             )
         )
-        for record in due:
+        for record in new + due:
             self.evaluate(record)
         self.run()
-        return len(due)
+        return len(new) + len(due)
+
+
+def _pending(record: CardPaymentRecord) -> bool:
+    """Recorded with its receipt and not decided since: queued for the worker."""
+    return record.status == PaymentStatus.WAITING and record.reason.get("why") == "pending"
+
+
+def _dequeue(session: Session, payment_ids: set[uuid.UUID]) -> None:
+    session.execute(
+        delete(CardMatchingQueue).where(CardMatchingQueue.payment_id.in_(payment_ids)),
+        execution_options={"synchronize_session": False},
+    )
 
 
 def expire(record: CardPaymentRecord, now: datetime) -> None:
@@ -598,6 +635,9 @@ def expire_unmatched(session: Session, now: datetime, *, limit: int = SETTLE_BAT
             .limit(limit)
         )
     )
+    queued = {record.id for record in stale if _pending(record)}
     for record in stale:
         expire(record, now)
+    if queued:
+        _dequeue(session, queued)
     return len(stale)

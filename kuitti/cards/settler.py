@@ -1,6 +1,7 @@
 """The matching worker's step: decide the CARD payments that are due — receipts just committed
-(recorded due at once by ``matching.record_card_payments``) and weak fits whose auth window has
-closed — in batches per merchant id, and expire what left the matching set.
+(queued in ``CardMatchingQueue`` by ``matching.record_card_payments``) and weak fits whose auth
+window has closed (``settle_at``) — in batches per merchant id, and expire what left the matching
+set.
 
 ``run_settler`` is the loop the worker runs: woken at once by a commit that recorded payments
 (in this process by ``wakeups``, from other processes by PostgreSQL's ``NOTIFY``), and every
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 from sqlalchemy import select
 
@@ -18,7 +20,7 @@ from kuitti.cards import wakeups
 from kuitti.cards.matching import SETTLE_BATCH, Matcher, expire_unmatched
 from kuitti.logs import log
 from kuitti.metrics import CARD_MATCHING_SECONDS
-from kuitti.models.cards import CardPaymentRecord
+from kuitti.models.cards import CardMatchingQueue, CardPaymentRecord
 from kuitti.services import Services
 
 SETTLE_INTERVAL_SECONDS = 30.0
@@ -29,10 +31,19 @@ def settle_due_matches(
 ) -> int:
     """Decide the due payments, one merchant id per unit of work (under its lock), then (with
     ``expire``) expire what left the matching set. Returns how many payments were decided or
-    expired (call again while it returns nonzero to drain a backlog)."""
+    expired (call again while it returns nonzero to drain a backlog).
+
+    Up to ``limit`` queued payments, oldest first, and the merchant ids of up to ``limit`` due
+    re-checks. Two workers may read the same entries: the second finds them gone once it holds
+    the merchant id's lock, and decides nothing twice."""
     now = services.clock.now()
     with services.db.session(write=False) as session:
-        rows = session.scalars(
+        queued = session.execute(
+            select(CardMatchingQueue.merchant_id, CardMatchingQueue.payment_id)
+            .order_by(CardMatchingQueue.payment_id)
+            .limit(limit)
+        ).all()
+        rechecks = session.scalars(
             select(CardPaymentRecord.merchant_id)
             .where(
                 CardPaymentRecord.settle_at.is_not(None),
@@ -41,12 +52,18 @@ def settle_due_matches(
             .order_by(CardPaymentRecord.settle_at)
             .limit(limit)
         ).all()
-    merchant_ids = list(dict.fromkeys(m for m in rows if m is not None))
+    entries: dict[str, list[uuid.UUID]] = {}
+    for merchant_id, payment_id in queued:
+        entries.setdefault(merchant_id, []).append(payment_id)
+    for recheck in rechecks:
+        if recheck is not None:
+            entries.setdefault(recheck, [])
     total = 0
-    for merchant_id in merchant_ids:
+    for merchant_id, queued_ids in entries.items():
         with services.db.session() as session, CARD_MATCHING_SECONDS.labels("worker").time():
             locks.acquire(session, "match", merchant_id)
-            total += Matcher(session, services.settings, now).settle_due(merchant_id)
+            matcher = Matcher(session, services.settings, now)
+            total += matcher.settle_due(merchant_id, queued_ids)
     if expire:
         with services.db.session() as session:
             total += expire_unmatched(session, now, limit=limit)

@@ -4,6 +4,7 @@
 from kuitti.models.cards import (
     Card,
     CardMatch,
+    CardMatchingQueue,
     CardPaymentRecord,
     CardPurchase,
     CardTransaction,
@@ -25,6 +26,7 @@ __all__ = [
     "AuthorizationCode",
     "Card",
     "CardMatch",
+    "CardMatchingQueue",
     "CardPaymentRecord",
     "CardPurchase",
     "CardTransaction",

@@ -120,7 +120,8 @@ class CardPaymentRecord(Base):
 
     ``paid_at`` is the payment's ``timeStamp`` (else the receipt's); ``settle_at`` is set while the
     payment has exactly one fitting card on keys alone and waits for the auth window to close;
-    ``reason`` says, for ``kuitti receipts explain``, why it waits.
+    ``reason`` says, for ``kuitti receipts explain``, why it waits. A new payment waits for the
+    matching worker in ``CardMatchingQueue``, not through ``settle_at``.
     """
 
     __tablename__ = "card_payments"
@@ -138,7 +139,8 @@ class CardPaymentRecord(Base):
             sqlite_where=text("pre_authorized_amount IS NOT NULL"),
             postgresql_where=text("pre_authorized_amount IS NOT NULL"),
         ),
-        # Payments waiting for their auth window to close, globally and per merchant id.
+        # Payments waiting for their auth window to close, globally and per merchant id. Only
+        # the worker writes these: a new payment is queued in ``card_matching_queue`` instead.
         Index(
             "ix_card_payments_settle",
             "settle_at",
@@ -181,6 +183,24 @@ class CardPaymentRecord(Base):
     sandbox: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+
+
+class CardMatchingQueue(Base):
+    """A new CARD payment waiting for the matching worker, recorded in the receipt's transaction
+    and deleted in the transaction that first decides the payment.
+
+    A queue of its own, not ``settle_at`` = now: the receipt's transaction then adds one entry at
+    the end of one small table instead of entries in both re-check indexes, whose pages are
+    spread by merchant id (docs/performance.md, "Sixteenth round"). Payment ids are
+    time-ordered, so the key is the arrival order (on SQLite the table is its key's B-tree and
+    nothing else). No foreign key: a payment row is never deleted, and SQLite would look the
+    payment up for every entry."""
+
+    __tablename__ = "card_matching_queue"
+    __table_args__ = ({"sqlite_with_rowid": False},)
+
+    payment_id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    merchant_id: Mapped[str] = mapped_column(String(200))
 
 
 class CardMatch(Base):

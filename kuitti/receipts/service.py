@@ -28,7 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from kuitti import locks
-from kuitti.cards.matching import announce_card_payments, card_payment_rows, record_card_payments
+from kuitti.cards.matching import card_payment_inserts, card_payment_rows, record_card_payments
 from kuitti.config import Settings
 from kuitti.db import database_of
 from kuitti.delivery import links
@@ -37,7 +37,6 @@ from kuitti.errors import Conflict, KuittiError
 from kuitti.ids import new_id
 from kuitti.metrics import RECEIPT_TOKENS
 from kuitti.models import (
-    CardPaymentRecord,
     IdempotencyRecord,
     Partner,
     Receipt,
@@ -462,7 +461,6 @@ def _store_together(session: Session, rows: list[PlainRows]) -> None:
         return
     receipt_links = [link for r in rows for link in r.links]
     payments = [payment for r in rows for payment in r.payments]
-    announce_card_payments(session, payments)
     database_of(session).insert_rows(
         session,
         {
@@ -470,7 +468,7 @@ def _store_together(session: Session, rows: list[PlainRows]) -> None:
             ReceiptGrant: [r.grant for r in rows],
             ReceiptLink: receipt_links,
             IdempotencyRecord: [r.record for r in rows if r.record is not None],
-            CardPaymentRecord: payments,
+            **card_payment_inserts(session, payments),
         },
     )
     if receipt_links:

@@ -27,7 +27,7 @@ from kuitti.models import (
     User,
     WebhookDelivery,
 )
-from kuitti.models.cards import CardMatch
+from kuitti.models.cards import CardMatch, CardMatchingQueue
 from kuitti.partners.service import NewPartner
 from kuitti.services import Services
 from tests.factories import (
@@ -199,6 +199,11 @@ class World:
         found = self.matches(receipt_id)
         assert len(found) <= 1
         return str(found[0].card_id) if found else None
+
+    def queued(self) -> set[uuid.UUID]:
+        """The payments in the matching worker's queue."""
+        with self.services.db.session(write=False) as session:
+            return set(session.scalars(select(CardMatchingQueue.payment_id)))
 
     def explain(self, receipt_id: str) -> dict[str, Any]:
         with self.services.db.session(write=False) as session:

@@ -1,13 +1,14 @@
-"""Card-linking after the commit: the ingest transaction records a receipt's CARD payments, due
-at once; the matching worker decides them, woken by the commit (in this process) or by
+"""Card-linking after the commit: the ingest transaction records a receipt's CARD payments and
+queues them; the matching worker decides them, woken by the commit (in this process) or by
 PostgreSQL's NOTIFY (from another), and a committed payment is never lost."""
 
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import text, update
+from sqlalchemy import delete, insert, select, text
 
-from kuitti.models.cards import CardPaymentRecord
+from kuitti.cards.matching import expire_unmatched
+from kuitti.models.cards import CardMatchingQueue, CardPaymentRecord
 from tests.cards.support import AUTH_CODE, PAID_AT, World
 from tests.conftest import BACKEND
 from tests.webhooks.receivers import Receiver
@@ -22,20 +23,51 @@ class TestRecordedInTheIngestTransaction:
         world.transaction(authorization_code=AUTH_CODE)
         receipt = world.receipt(match=False)
         assert world.owners(receipt) == set()
-        assert world.explain(receipt)["card_payments"][0]["reason"]["why"] == "pending"
+        assert world.why(receipt) == "pending"
+        assert len(world.queued()) == 1
         assert world.settle() == 1  # the worker's step
         assert world.owners(receipt) == {world.user.id}
+        assert world.queued() == set()
+
+    def test_a_new_payment_is_queued_not_made_due(self, world: World) -> None:
+        """The queue, not ``settle_at`` = now: the re-check's indexes hold only weak fits
+        waiting for their auth window."""
+        receipt = world.receipt(match=False)
+        with world.services.db.session(write=False) as session:
+            settle_at = session.scalars(select(CardPaymentRecord.settle_at)).all()
+        assert settle_at == [None]
+        assert len(world.queued()) == 1
+        assert world.settle() == 1
+        assert world.why(receipt) == "no_candidate"
+        assert world.queued() == set()
+
+    def test_a_payment_matching_cannot_use_is_not_queued(self, world: World) -> None:
+        receipt = world.receipt(match=False, MID=None)
+        assert world.why(receipt) == "unmatchable"
+        assert world.queued() == set()
 
     def test_a_transaction_arriving_first_decides_the_pending_payment(self, world: World) -> None:
         world.enroll()
         receipt = world.receipt(match=False)
         world.transaction(authorization_code=AUTH_CODE)
         assert world.owners(receipt) == {world.user.id}
+        assert world.queued() == set()  # the decision took it off the queue
         assert world.settle() == 0  # nothing left for the worker
+
+    def test_a_pending_payment_expired_leaves_the_queue(self, world: World) -> None:
+        """A receipt whose payment time is already out of the matching set, expired by the
+        sweep before the worker's first decision."""
+        receipt = world.receipt(match=False)
+        world.later(days=8)
+        with world.services.db.session() as session:
+            assert expire_unmatched(session, world.clock.now()) == 1
+        assert world.why(receipt) == "expired"
+        assert world.queued() == set()
+        assert world.settle() == 0
 
     def test_a_payment_nobody_decided_is_matched_by_a_later_sweep(self, world: World) -> None:
         """A worker that crashed after the commit (or never ran) loses nothing: the payment is
-        due until a step decides it."""
+        queued until a step decides it."""
         world.enroll()
         world.transaction(authorization_code=AUTH_CODE)
         receipt = world.receipt(match=False)
@@ -63,15 +95,18 @@ class TestRunningWorker:
 
     @postgres_only
     def test_wakes_on_notify_from_another_process(self, world: World) -> None:
-        """A payment made due by another process reaches this worker only through NOTIFY: a Core
-        update and NOTIFY in one transaction, no Session here to wake the worker in-process."""
+        """A payment queued by another process reaches this worker only through NOTIFY: a Core
+        insert and NOTIFY in one transaction, no Session here to wake the worker in-process."""
         world.enroll()
         world.transaction(authorization_code=AUTH_CODE)
         receipt = world.receipt(match=False)
+        queue = CardMatchingQueue
         with world.services.db.engine.begin() as connection:
-            connection.execute(update(CardPaymentRecord).values(settle_at=None))
+            taken = delete(queue).returning(queue.payment_id, queue.merchant_id)
+            entries = connection.execute(taken).mappings().all()
+        assert len(entries) == 1
         with WorkerThread(world.services, mail=True, poll_seconds=600):
             with world.services.db.engine.begin() as connection:
-                connection.execute(update(CardPaymentRecord).values(settle_at=world.clock.now()))
+                connection.execute(insert(queue), [dict(entry) for entry in entries])
                 connection.execute(text("NOTIFY kuitti_card_matching"))
             wait_until(lambda: world.owners(receipt) == {world.user.id})
