@@ -1,6 +1,6 @@
 """Waking the card-matching worker when a receipt's CARD payments are committed.
 
-The ingest transaction only records a receipt's payments (due at once); the worker decides them
+The ingest transaction only records a receipt's payments (queued); the worker decides them
 after the commit, woken on this channel (``kuitti.wakeups``: a callback in this process,
 ``NOTIFY kuitti_card_matching`` on PostgreSQL for the others). On SQLite across processes, the
 worker's periodic sweep finds them.
