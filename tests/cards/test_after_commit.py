@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import delete, insert, select, text
 
-from kuitti.cards.matching import expire_unmatched
+from kuitti import locks
+from kuitti.cards.matching import Matcher, expire_unmatched
 from kuitti.models.cards import CardMatchingQueue, CardPaymentRecord
 from tests.cards.support import AUTH_CODE, PAID_AT, World
 from tests.conftest import BACKEND
@@ -53,6 +54,23 @@ class TestRecordedInTheIngestTransaction:
         assert world.owners(receipt) == {world.user.id}
         assert world.queued() == set()  # the decision took it off the queue
         assert world.settle() == 0  # nothing left for the worker
+
+    def test_entries_another_worker_took_are_not_decided_again(self, world: World) -> None:
+        """Two workers may read the same entries; the second, once it holds the merchant id's
+        lock, finds them gone."""
+        world.enroll()
+        world.transaction(authorization_code=AUTH_CODE)
+        receipt = world.receipt(match=False)
+        read_by_both = list(world.queued())
+        merchant_id = world.explain(receipt)["card_payments"][0]["merchant_id"]
+        decided = []
+        for _ in range(2):
+            with world.services.db.session() as session:
+                locks.acquire(session, "match", merchant_id)
+                matcher = Matcher(session, world.services.settings, world.clock.now())
+                decided.append(matcher.settle_due(merchant_id, read_by_both))
+        assert decided == [1, 0]
+        assert world.owners(receipt) == {world.user.id}
 
     def test_a_pending_payment_expired_leaves_the_queue(self, world: World) -> None:
         """A receipt whose payment time is already out of the matching set, expired by the
