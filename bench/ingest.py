@@ -22,7 +22,9 @@ the requests answered). The database server's own CPU is not included.
 Each server is measured once every one of its processes has finished starting (its process
 tree's CPU stands still), then warmed up for 3 s. ``wrk`` keeps its connections for the whole
 run, so a process still starting when they open would serve few clients all along; each line
-ends with how the clients' connections were split between the processes (``clients 27+23``).
+ends with how the clients' connections were split between the processes (``clients 27+23``)
+and with the disk's slowest sync during the run (``DiskSyncProbe``: what a PostgreSQL commit
+waits for, and on a virtual machine's disk sometimes hundreds of milliseconds).
 
     .venv/bin/python bench/ingest.py                      # both databases, 2 processes, 50 clients
     .venv/bin/python bench/ingest.py --workers 1,2,4 --seconds 10
@@ -87,13 +89,14 @@ class Result:
     cpu_ms_per_op: float
     split: list[int]
     """The clients' connections held by each server process, one second into the run."""
+    disk: DiskSyncProbe
 
     def line(self) -> str:
         return (
             f"{self.name:<40} {self.requests_per_second:>7.0f} /s  p50 {self.p50_ms:>6.1f} ms"
             f"  p99 {self.p99_ms:>6.1f} ms  CPU {self.cpu_ms_per_op:>5.2f} ms/op"
             f"  RSS {self.peak_rss_mb:>4.0f} MB  non-2xx {self.non_2xx}"
-            f"  clients {'+'.join(map(str, self.split))}"
+            f"  clients {'+'.join(map(str, self.split))}  {self.disk.summary()}"
         )
 
 
@@ -221,6 +224,43 @@ class RssSampler(threading.Thread):
     def run(self) -> None:
         while not self.stopped.wait(0.1):
             self.peak_kb = max(self.peak_kb, tree_rss_kb(self.pid))
+
+
+class DiskSyncProbe(threading.Thread):
+    """How long the disk takes to make 8 KB durable, every 20 ms while a run lasts: what a
+    PostgreSQL commit waits for (``synchronous_commit = on`` flushes its WAL), measured apart
+    from any server. A virtual machine's disk can stall for hundreds of milliseconds with
+    nothing else running; a commit caught in a stall holds every post waiting for it, and the
+    run's p99 shows it. The file is in ``directory``: the same disk as PostgreSQL's data on a
+    machine with one disk, such as the standard one."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(daemon=True)
+        self.path = directory / "disk-sync-probe"
+        self.latencies_ms: list[float] = []
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        block = os.urandom(8192)
+        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.pwrite(descriptor, bytes(len(block) * 64), 0)  # overwritten in place: no
+            os.fsync(descriptor)  # metadata to journal, as PostgreSQL's recycled WAL segments
+            offset = 0
+            while not self.stopped.wait(0.02):
+                started = time.perf_counter()
+                os.pwrite(descriptor, block, offset)
+                os.fdatasync(descriptor)
+                self.latencies_ms.append(1000 * (time.perf_counter() - started))
+                offset = (offset + len(block)) % (len(block) * 64)
+        finally:
+            os.close(descriptor)
+            self.path.unlink()
+
+    def summary(self) -> str:
+        latencies = sorted(self.latencies_ms) or [0.0]
+        stalls = sum(latency >= 100 for latency in latencies)
+        return f"disk sync max {latencies[-1]:.0f} ms, {stalls} over 100 ms"
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
@@ -353,6 +393,8 @@ def measure(
         run_wrk(url, script, args.clients, 3)  # warm-up
         sampler = RssSampler(pid)
         sampler.start()
+        disk = DiskSyncProbe(workdir)
+        disk.start()
         before_count = stored() if stored else 0
         before_cpu = tree_cpu_seconds(pid)
         split: list[int] = []
@@ -362,8 +404,9 @@ def measure(
         probe.join()
         cpu = tree_cpu_seconds(pid) - before_cpu
         operations = stored() - before_count if stored else run.requests - run.non_2xx
-        sampler.stopped.set()
-        sampler.join()
+        for thread in (sampler, disk):
+            thread.stopped.set()
+            thread.join()
     return Result(
         name,
         run.requests_per_second,
@@ -373,6 +416,7 @@ def measure(
         sampler.peak_kb / 1024,
         1000 * cpu / max(operations, 1),
         split,
+        disk,
     )
 
 
