@@ -54,8 +54,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, DisconnectionError, StatementError
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from kuitti.checkpoints import WAL_AUTOCHECKPOINT_PAGES, BackgroundCheckpoints
@@ -141,6 +143,28 @@ class UTF8Text(TypeDecorator[str]):
         if isinstance(value, bytes) and dialect.name != "sqlite":
             return value.decode()
         return value
+
+
+class uuid_text(FunctionElement[str]):
+    """A ``Uuid`` column as the text ``str(uuid)`` writes, made by the database: a page of
+    rows that only shows its ids skips a ``UUID`` object for each (built by the driver or
+    SQLAlchemy, then written back out: a sixth of a list page's CPU, docs/performance.md)."""
+
+    type = String()
+    inherit_cache = True
+
+
+@compiles(uuid_text)
+def _uuid_text(element: uuid_text, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"CAST({compiler.process(element.clauses, **kw)} AS TEXT)"  # PostgreSQL's uuid
+
+
+@compiles(uuid_text, "sqlite")
+def _uuid_text_sqlite(element: uuid_text, compiler: SQLCompiler, **kw: Any) -> str:
+    # SQLAlchemy stores a Uuid on SQLite as its 32 hexadecimal digits, in lower case.
+    digits = compiler.process(element.clauses, **kw)
+    parts = ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
+    return " || '-' || ".join(f"substr({digits}, {start}, {length})" for start, length in parts)
 
 
 class Base(DeclarativeBase):

@@ -15,13 +15,20 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
-from sqlalchemy import DateTime, bindparam, event, func, insert, make_url, select, text
+from sqlalchemy import DateTime, Uuid, bindparam, event, func, insert, make_url, select, text
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 import kuitti.db
-from kuitti.db import SQLITE_BUSY_TIMEOUT_MS, UNNEST_FROM_ROWS, Database, UTCDateTime, table
+from kuitti.db import (
+    SQLITE_BUSY_TIMEOUT_MS,
+    UNNEST_FROM_ROWS,
+    Database,
+    UTCDateTime,
+    table,
+    uuid_text,
+)
 from kuitti.ids import new_id
 from kuitti.models import Partner, Receipt, ReceiptGrant
 from kuitti.models.receipts import GrantReason
@@ -74,6 +81,26 @@ def test_read_rows_gives_the_values_a_session_gives(services: Services) -> None:
         [type(value) for value in row] for row in expected
     ]
     assert services.db.read_rows(statement, {"until": datetime(2000, 1, 1, tzinfo=UTC)}) == []
+
+
+def test_uuid_text_is_the_text_str_writes(services: Services) -> None:
+    """The database writes a stored UUID as ``str()`` does, through a session and on the
+    driver path alike (SQLite keeps the digits without hyphens, PostgreSQL a ``uuid``)."""
+    for n in range(3):
+        make_partner(services, name=f"Oy {n}")
+    every_digit = {"id": uuid.UUID("0123abcd-ef45-6789-abcd-ef0123456789")}
+    stored = select(uuid_text(Partner.id), Partner.id)
+    given = bindparam("id", type_=Uuid)
+    bound = select(uuid_text(given), given)
+    with services.db.session(write=False) as session:
+        through_session = [*session.execute(stored), *session.execute(bound, every_digit)]
+    on_the_driver = [
+        *services.db.read_rows(stored, {}),
+        *services.db.read_rows(bound, every_digit),
+    ]
+    for rows in (through_session, on_the_driver):
+        assert len(rows) == 4
+        assert all(type(text) is str and text == str(value) for text, value in rows)
 
 
 def test_session_rows_reads_inside_the_sessions_transaction(services: Services) -> None:

@@ -38,7 +38,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
-from kuitti.db import Database
+from kuitti.db import Database, uuid_text
 from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, Unauthorized
 from kuitti.models import Card, Connection, Partner, Receipt, ReceiptDelivery, ReceiptGrant
 from kuitti.models.receipts import GrantReason
@@ -260,7 +260,7 @@ def _page_query(kind: str, since: bool, after: bool) -> Select[Any]:
     )
     return (
         select(
-            Receipt.id,
+            uuid_text(Receipt.id),
             Receipt.merchant_name,
             Receipt.receipt_timestamp,
             Receipt.total,
@@ -331,7 +331,7 @@ async def _page(
     relations = await _readable_relations(db, reader, page)
     items = [
         {
-            "receipt_id": str(row.id),
+            "receipt_id": row.id,
             "merchant_name": row.merchant_name,
             "receipt_time": row.receipt_timestamp,
             "total": row.total,
@@ -351,7 +351,7 @@ async def _page(
 class _ListedRow(NamedTuple):
     """A row of ``_page_query``, in its column order."""
 
-    id: uuid.UUID
+    id: str
     merchant_name: str
     receipt_timestamp: str
     total: int
@@ -363,12 +363,14 @@ class _ListedRow(NamedTuple):
 
 async def _readable_relations(
     db: Database, reader: Reader | str, page: Sequence[_ListedRow]
-) -> dict[uuid.UUID, dict[str, Any]]:
+) -> dict[str, dict[str, Any]]:
     """A page's returns and purchases linked to each other (``receipts/returns.py``), as the
     list shows them: ``original_receipt_id`` on a return, ``return_receipt_ids`` on a purchase,
     each only where the reader may read the other receipt too. No query for a page without."""
-    originals = {row.id: row.original_receipt_id for row in page if row.original_receipt_id}
-    purchases = [row.id for row in page if row.return_count]
+    originals = {
+        uuid.UUID(row.id): row.original_receipt_id for row in page if row.original_receipt_id
+    }
+    purchases = [uuid.UUID(row.id) for row in page if row.return_count]
     if not originals and not purchases:
         return {}
     if isinstance(reader, str):
@@ -381,7 +383,7 @@ def _relations_shown(
     reader: Reader,
     originals: dict[uuid.UUID, uuid.UUID],
     purchases: list[uuid.UUID],
-) -> dict[uuid.UUID, dict[str, Any]]:
+) -> dict[str, dict[str, Any]]:
     returns: dict[uuid.UUID, list[uuid.UUID]] = {}
     with db.session(write=False) as session:
         if purchases:
@@ -397,14 +399,14 @@ def _relations_shown(
         if not wanted:
             return {}
         readable = _readable_ids(session, reader, wanted)
-    relations: dict[uuid.UUID, dict[str, Any]] = {}
+    relations: dict[str, dict[str, Any]] = {}
     for receipt_id, original in originals.items():
         if original in readable:
-            relations.setdefault(receipt_id, {})["original_receipt_id"] = str(original)
+            relations.setdefault(str(receipt_id), {})["original_receipt_id"] = str(original)
     for purchase, ids in returns.items():
         shown = [str(r) for r in ids if r in readable]
         if shown:
-            relations.setdefault(purchase, {})["return_receipt_ids"] = shown
+            relations.setdefault(str(purchase), {})["return_receipt_ids"] = shown
     return relations
 
 
@@ -420,7 +422,7 @@ def _readable_ids(session: Session, reader: Reader, ids: set[uuid.UUID]) -> set[
     return set(session.scalars(query))
 
 
-def encode_cursor(moment: datetime, receipt_id: uuid.UUID) -> str:
+def encode_cursor(moment: datetime, receipt_id: uuid.UUID | str) -> str:
     raw = f"{moment.isoformat()}|{receipt_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
