@@ -17,7 +17,8 @@ machine's speed drifts: a ceiling 10 % lower makes every share 10 % higher).
 
 CPU per receipt is the user+system CPU of the whole server process tree, read from /proc before
 and after the measured run, divided by the receipts the database gained (for the references, by
-the requests answered). The database server's own CPU is not included.
+the requests answered). PostgreSQL's own CPU (every ``postgres`` process on the machine, the
+same cores' work) is printed beside it, per stored receipt, and is not part of it.
 
 Each server is measured once every one of its processes has finished starting (its process
 tree's CPU stands still), then warmed up for 3 s. ``wrk`` keeps its connections for the whole
@@ -90,12 +91,16 @@ class Result:
     split: list[int]
     """The clients' connections held by each server process, one second into the run."""
     disk: DiskSyncProbe
+    postgres_cpu_ms_per_op: float
+    """PostgreSQL's own CPU (every server process on the machine) per operation."""
 
     def line(self) -> str:
+        postgres = self.postgres_cpu_ms_per_op
         return (
             f"{self.name:<40} {self.requests_per_second:>7.0f} /s  p50 {self.p50_ms:>6.1f} ms"
             f"  p99 {self.p99_ms:>6.1f} ms  CPU {self.cpu_ms_per_op:>5.2f} ms/op"
-            f"  RSS {self.peak_rss_mb:>4.0f} MB  non-2xx {self.non_2xx}"
+            + (f" (PostgreSQL's {postgres:.2f})" if postgres >= 0.005 else "")
+            + f"  RSS {self.peak_rss_mb:>4.0f} MB  non-2xx {self.non_2xx}"
             f"  clients {'+'.join(map(str, self.split))}  {self.disk.summary()}"
         )
 
@@ -182,6 +187,20 @@ def tree_cpu_seconds(pid: int) -> float:
             continue
         ticks += int(fields[11]) + int(fields[12])  # utime, stime
     return ticks / CLOCK_TICKS
+
+
+def postgres_cpu_seconds() -> float:
+    """User + system CPU of every PostgreSQL server process on this machine so far."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            name, _, rest = stat.read_text().partition(" (")[2].rpartition(")")
+        except OSError:
+            continue
+        if name == "postgres":
+            fields = rest.split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def connection_split(pid: int, port: int) -> list[int]:
@@ -396,13 +415,14 @@ def measure(
         disk = DiskSyncProbe(workdir)
         disk.start()
         before_count = stored() if stored else 0
-        before_cpu = tree_cpu_seconds(pid)
+        before_cpu, postgres_before = tree_cpu_seconds(pid), postgres_cpu_seconds()
         split: list[int] = []
         probe = threading.Timer(1.0, lambda: split.extend(connection_split(pid, port)))
         probe.start()
         run = run_wrk(url, script, args.clients, args.seconds)
         probe.join()
         cpu = tree_cpu_seconds(pid) - before_cpu
+        postgres = postgres_cpu_seconds() - postgres_before
         operations = stored() - before_count if stored else run.requests - run.non_2xx
         for thread in (sampler, disk):
             thread.stopped.set()
@@ -417,6 +437,7 @@ def measure(
         1000 * cpu / max(operations, 1),
         split,
         disk,
+        1000 * postgres / max(operations, 1),
     )
 
 

@@ -41,6 +41,7 @@ from ingest import (  # noqa: E402  (bench/ is the script's own directory)
     free_port,
     kuitti_command,
     kuitti_instance,
+    postgres_cpu_seconds,
     realistic_receipt,
     running,
     tree_cpu_seconds,
@@ -104,20 +105,6 @@ async def fixed_rate(
             tasks.append(asyncio.create_task(one(index)))
         await asyncio.gather(*tasks)
         return latencies, errors, time.perf_counter() - start
-
-
-def postgres_cpu_seconds() -> float:
-    """User + system CPU of every PostgreSQL server process on this machine so far."""
-    ticks = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            name, _, rest = stat.read_text().partition(" (")[2].rpartition(")")
-        except OSError:
-            continue
-        if name == "postgres":
-            fields = rest.split()
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], share: float) -> float:
