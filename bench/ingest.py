@@ -260,18 +260,20 @@ class DiskSyncProbe(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        block = os.urandom(8192)
+        block, size = os.urandom(8192), 8192 * 64
         descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            os.pwrite(descriptor, bytes(len(block) * 64), 0)  # overwritten in place: no
-            os.fsync(descriptor)  # metadata to journal, as PostgreSQL's recycled WAL segments
+            # Written in full first, then overwritten in place, as PostgreSQL reuses its WAL
+            # segments: a flush then has no file size or block map to journal.
+            os.pwrite(descriptor, bytes(size), 0)
+            os.fsync(descriptor)
             offset = 0
             while not self.stopped.wait(0.02):
                 started = time.perf_counter()
                 os.pwrite(descriptor, block, offset)
                 os.fdatasync(descriptor)
                 self.latencies_ms.append(1000 * (time.perf_counter() - started))
-                offset = (offset + len(block)) % (len(block) * 64)
+                offset = (offset + len(block)) % size
         finally:
             os.close(descriptor)
             self.path.unlink()

@@ -148,7 +148,7 @@ class UTF8Text(TypeDecorator[str]):
 class uuid_text(FunctionElement[str]):
     """A ``Uuid`` column as the text ``str(uuid)`` writes, made by the database: a page of
     rows that only shows its ids skips a ``UUID`` object for each (built by the driver or
-    SQLAlchemy, then written back out: a sixth of a list page's CPU, docs/performance.md)."""
+    SQLAlchemy, then written back out: a tenth of a list page's CPU, docs/performance.md)."""
 
     type = String()
     inherit_cache = True

@@ -422,7 +422,7 @@ def _readable_ids(session: Session, reader: Reader, ids: set[uuid.UUID]) -> set[
     return set(session.scalars(query))
 
 
-def encode_cursor(moment: datetime, receipt_id: uuid.UUID | str) -> str:
+def encode_cursor(moment: datetime, receipt_id: str) -> str:
     raw = f"{moment.isoformat()}|{receipt_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
