@@ -90,7 +90,8 @@ class Result:
     cpu_ms_per_op: float
     split: list[int]
     """The clients' connections held by each server process, one second into the run."""
-    disk: DiskSyncProbe
+    disk: str
+    """The disk's slowest sync during the run (``DiskSyncProbe.summary``)."""
     postgres_cpu_ms_per_op: float
     """PostgreSQL's own CPU (every server process on the machine) per operation."""
 
@@ -101,7 +102,7 @@ class Result:
             f"  p99 {self.p99_ms:>6.1f} ms  CPU {self.cpu_ms_per_op:>5.2f} ms/op"
             + (f" (PostgreSQL's {postgres:.2f})" if postgres >= 0.005 else "")
             + f"  RSS {self.peak_rss_mb:>4.0f} MB  non-2xx {self.non_2xx}"
-            f"  clients {'+'.join(map(str, self.split))}  {self.disk.summary()}"
+            f"  clients {'+'.join(map(str, self.split))}  {self.disk}"
         )
 
 
@@ -438,7 +439,7 @@ def measure(
         sampler.peak_kb / 1024,
         1000 * cpu / max(operations, 1),
         split,
-        disk,
+        disk.summary(),
         1000 * postgres / max(operations, 1),
     )
 
