@@ -208,6 +208,32 @@ class TestListReceipts:
         assert len(seen) == len(set(seen)) == len(created)
         assert set(seen) == created
 
+    def test_a_page_ends_between_receipts_of_one_instant_written_differently(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        """The cursor's time comes from the last row's receiptTimeStamp text: whatever offset,
+        precision or spelling it has, the next page starts right after that receipt."""
+        merchant = make_partner(services)
+        same_instant = [
+            "2026-01-05T12:00:00.1234567+02:00",  # beyond microseconds: cut, as when stored
+            "2026-01-05T10:00:00.123456Z",
+            "2026-01-05 09:30:00.123456-00:30",
+        ]
+        created = {create(client, merchant.api_key, receiptTimeStamp=s) for s in same_instant}
+        later = create(client, merchant.api_key, receiptTimeStamp="2026-01-05T10:00:00.123457Z")
+        first = client.get(LIST, params={"limit": 2}, headers=auth(merchant.api_key)).json()
+        second = client.get(
+            LIST,
+            params={"limit": 2, "cursor": first["next_cursor"]},
+            headers=auth(merchant.api_key),
+        ).json()
+        first_ids = [r["receipt_id"] for r in first["receipts"]]
+        second_ids = [r["receipt_id"] for r in second["receipts"]]
+        assert first_ids[0] == later
+        assert set(first_ids[1:] + second_ids) == created
+        assert len(second_ids) == 2
+        assert second["next_cursor"] is None
+
     def test_since_filters(self, client: httpx.Client, services: Services) -> None:
         merchant = make_partner(services)
         create(client, merchant.api_key, receiptTimeStamp="2026-01-10T09:00:00+02:00")
