@@ -307,8 +307,9 @@ _PlainRows = Annotated[list[_PlainRow], msgspec.Meta(min_length=1, max_length=MA
 # The decimal patterns as one match over all of a receipt's values joined by commas, which no
 # value may hold: Python's ``\d`` and its ``$`` (which also matches before a final line break)
 # are what DECIMAL_PATTERN spells for Rust.
-_DECIMALS = re.compile(r"(?:-?\d{1,15}(?:\.\d{1,10})?\n?,)*-?\d{1,15}(?:\.\d{1,10})?\n?")
-_UNSIGNED_DECIMALS = re.compile(r"(?:\d{1,15}(?:\.\d{1,10})?\n?,)*\d{1,15}(?:\.\d{1,10})?\n?")
+_UNSIGNED_DECIMAL = r"\d{1,15}(?:\.\d{1,10})?\n?"
+_DECIMALS = re.compile(rf"(?:-?{_UNSIGNED_DECIMAL},)*-?{_UNSIGNED_DECIMAL}")
+_UNSIGNED_DECIMALS = re.compile(rf"(?:{_UNSIGNED_DECIMAL},)*{_UNSIGNED_DECIMAL}")
 
 
 def plain_rows(value: object) -> bool:

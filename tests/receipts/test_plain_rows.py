@@ -96,8 +96,8 @@ def test_values_are_never_run_together(values: list[str]) -> None:
     assert schema._all_match(schema._DECIMALS, values) == one_by_one
 
 
-def test_the_usual_receipts_rows_are_taken_as_posted() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+def test_the_usual_receipts_rows_are_taken_as_posted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(Path(__file__).resolve().parents[2] / "bench")
     from ingest import realistic_receipt  # bench/ingest.py: the benchmark's documents
 
     documents = [realistic_receipt(random.Random(seed), seed, 0) for seed in range(20)]
