@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,12 @@ from kuitti.receipts import schema
 from kuitti.receipts.schema import Discount, Product, ProductVat, Receipt, plain_rows
 from kuitti.receipts.validation import parse_receipt_request
 from tests.factories import product_row, receipt_doc
-from tests.receipts.test_schema_patterns import EDGES, PYTHON_DECIMAL, PYTHON_UNSIGNED
+from tests.receipts.test_schema_patterns import (
+    EDGES,
+    PYTHON_DECIMAL,
+    PYTHON_UNSIGNED,
+    every_character,
+)
 
 ROWS: TypeAdapter[list[Product]] = TypeAdapter(list[Product])
 
@@ -55,10 +59,6 @@ def test_the_mirror_names_every_key_of_a_row() -> None:
     # msgspec ignores a key it does not know, so a key missing here would go unchecked.
     assert set(schema._PlainRow.__struct_fields__) == set(Product.__annotations__)
     assert set(schema._PlainVat.__struct_fields__) == set(ProductVat.__annotations__)
-
-
-def every_character() -> list[str]:
-    return [chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
 
 
 @pytest.mark.parametrize(
