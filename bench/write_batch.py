@@ -5,8 +5,9 @@ figure, and where that CPU goes.
 It validates the receipts of ``bench/ingest.py`` (60 rows, a CARD payment) and builds their rows
 once, as the event loop does (``receipts.service.prepare_posting``), then stores them in batches
 of ``--batch`` as the writer thread does, and prints the writer's CPU per receipt (this
-thread's own CPU: the Python side and, on SQLite, the database engine, which runs in-process; on
-PostgreSQL the server's own CPU is not counted) and, with ``--profile``, cProfile's top functions.
+thread's own CPU: the Python side and, on SQLite, the database engine, which runs in-process;
+on PostgreSQL the server's own CPU, every ``postgres`` process on the machine, is printed beside
+it) and, with ``--profile``, cProfile's top functions.
 
     .venv/bin/python bench/write_batch.py [--database sqlite|postgresql] [--batch 25] [--profile]
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ingest import realistic_receipt  # noqa: E402  (bench/ingest.py)
+from ingest import postgres_cpu_seconds, realistic_receipt  # noqa: E402  (bench/ingest.py)
 from ingest_inprocess import setup  # noqa: E402  (bench/ingest_inprocess.py)
 
 from kuitti.cli_helpers import open_services  # noqa: E402
@@ -66,7 +67,7 @@ def main() -> None:
             write_batch(services.db, services.settings, batch)
         profiler = cProfile.Profile() if args.profile else None
         stored = sum(len(b) for b in measured)
-        started, cpu = time.perf_counter(), time.thread_time()
+        started, cpu, server = time.perf_counter(), time.thread_time(), postgres_cpu_seconds()
         if profiler:
             profiler.enable()
         for batch in measured:
@@ -75,10 +76,13 @@ def main() -> None:
         if profiler:
             profiler.disable()
         per_receipt = 1000 * (time.thread_time() - cpu) / stored
+        server_per_receipt = 1000 * (postgres_cpu_seconds() - server) / stored
         wall = 1000 * (time.perf_counter() - started) / stored
     print(
         f"{args.database}: {stored} receipts in batches of {args.batch}: writer CPU "
-        f"{per_receipt:.3f} ms per receipt (wall {wall:.3f} ms); load average "
+        f"{per_receipt:.3f} ms per receipt"
+        + (f", PostgreSQL's {server_per_receipt:.3f}" if args.database == "postgresql" else "")
+        + f" (wall {wall:.3f} ms); load average "
         f"{os.getloadavg()[0]:.2f}"
     )
     if profiler:
