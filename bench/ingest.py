@@ -12,23 +12,29 @@ full grocery basket; 0 for 1–60 at random), three VAT rates, a CARD payment wi
 terminal attributes. The load comes from ``wrk`` (Debian package ``wrk``; C, so the client takes
 little of the machine's cores) over real HTTP on loopback, with N concurrent connections.
 
-The ceiling is measured first and again last, and each share is given against both (the
-machine's speed drifts: a ceiling 10 % lower makes every share 10 % higher).
+Every server is started first, then measured in turns: ``--rounds`` rounds (3 by default) of one
+``--seconds`` slice each, every round beginning with the ceiling, and one last slice of the
+ceiling at the end. The machine's speed drifts (other tenants of its host: a ceiling 10 % lower
+makes every share 10 % higher), so a share is taken over the whole run, and each slice's is
+given against the ceiling's slice just before and just after it. Before each slice the servers
+and PostgreSQL are let finish what the last one left (a checkpoint, an autovacuum). p50 and p99
+are over every request of a server's slices (from each slice's latency distribution).
 
 CPU per receipt is the user+system CPU of the whole server process tree, read from /proc before
-and after the measured run, divided by the receipts the database gained (for the references, by
-the requests answered). PostgreSQL's own CPU (every ``postgres`` process on the machine, the
+and after each measured slice, divided by the receipts the database gained (for the references,
+by the requests answered). PostgreSQL's own CPU (every ``postgres`` process on the machine, the
 same cores' work) is printed beside it, per stored receipt, and is not part of it.
 
 Each server is measured once every one of its processes has finished starting (its process
-tree's CPU stands still), then warmed up for 3 s. ``wrk`` keeps its connections for the whole
-run, so a process still starting when they open would serve few clients all along; each line
-ends with how the clients' connections were split between the processes (``clients 27+23``)
-and with the disk's slowest sync during the run (``DiskSyncProbe``: what a PostgreSQL commit
-waits for, and on a virtual machine's disk sometimes hundreds of milliseconds).
+tree's CPU stands still), then warmed up for 3 s. ``wrk`` keeps its connections for a whole
+slice, so a process still starting when they open would serve few clients all along; each line
+ends with how the clients' connections were split between the processes in each slice
+(``clients 27+23, 30+20``) and with the disk's slowest sync during the slices
+(``DiskSyncProbe``: what a PostgreSQL commit waits for, and on a virtual machine's disk
+sometimes hundreds of milliseconds).
 
     .venv/bin/python bench/ingest.py                      # both databases, 2 processes, 50 clients
-    .venv/bin/python bench/ingest.py --workers 1,2,4 --seconds 10
+    .venv/bin/python bench/ingest.py --workers 1,2,4 --rounds 1
     .venv/bin/python bench/ingest.py --database sqlite --clients 50 --seconds 10
     .venv/bin/python bench/ingest.py --what-if    # and with parts made free (bench/what_if.py)
 
@@ -39,6 +45,7 @@ postgresql://kuitti:kuitti@127.0.0.1:5432/postgres) and drop it afterwards.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -56,7 +63,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -88,12 +95,13 @@ class Result:
     non_2xx: int
     peak_rss_mb: float
     cpu_ms_per_op: float
-    split: list[int]
-    """The clients' connections held by each server process, one second into the run."""
+    splits: list[list[int]]
+    """The clients' connections held by each server process, one second into each slice."""
     disk: str
-    """The disk's slowest sync during the run (``DiskSyncProbe.summary``)."""
+    """The disk's slowest sync during the slices (``DiskSyncProbe``)."""
     postgres_cpu_ms_per_op: float
     """PostgreSQL's own CPU (every server process on the machine) per operation."""
+    slices: int
 
     def line(self) -> str:
         postgres = self.postgres_cpu_ms_per_op
@@ -102,7 +110,8 @@ class Result:
             f"  p99 {self.p99_ms:>6.1f} ms  CPU {self.cpu_ms_per_op:>5.2f} ms/op"
             + (f" (PostgreSQL's {postgres:.2f})" if postgres >= 0.005 else "")
             + f"  RSS {self.peak_rss_mb:>4.0f} MB  non-2xx {self.non_2xx}"
-            f"  clients {'+'.join(map(str, self.split))}  {self.disk}"
+            f"  clients {', '.join('+'.join(map(str, split)) for split in self.splits)}"
+            f"  {self.disk}"
         )
 
 
@@ -349,8 +358,27 @@ request = function()
   i = i % n + 1
   return wrk.format(nil, nil, nil, bodies[i])
 end
-"""
+{LATENCY_DONE}"""
     )
+
+
+PERCENTILES = (
+    [float(p) for p in range(1, 99)]
+    + [round(99 + p / 10, 1) for p in range(10)]
+    + [round(99.9 + p / 100, 2) for p in range(1, 10)]
+    + [100.0]
+)
+"""Where each run's latency distribution is read: finer towards the tail, so that the p99 of
+several runs together can be found from theirs (``merged_percentile``)."""
+LATENCY_DONE = f"""
+done = function(summary, latency, requests)
+  for _, p in ipairs({{{", ".join(map(str, PERCENTILES))}}}) do
+    local us = p < 100 and latency:percentile(p) or latency.max
+    io.write(string.format("latency percentile %g %d\\n", p, us))
+  end
+end
+"""
+"""A ``done`` hook for wrk's script: the latency at each of ``PERCENTILES``, in microseconds."""
 
 
 @dataclass
@@ -360,6 +388,25 @@ class WrkRun:
     p50_ms: float
     p99_ms: float
     non_2xx: int
+    percentiles: list[tuple[float, float]] = field(default_factory=list)
+    """(percentile, latency in ms) at each of ``PERCENTILES``, when the script printed them."""
+
+
+def merged_percentile(runs: list[WrkRun], percentile: float) -> float:
+    """The latency under which ``percentile`` % of all the runs' requests were answered, from
+    each run's distribution (``PERCENTILES``): the smallest latency where the runs' shares at
+    or under it, weighed by their requests, reach the percentile. Each run's share at a latency
+    is the highest of its percentiles there, so the answer errs high, never low."""
+    total = sum(run.requests for run in runs)
+    candidates = sorted({ms for run in runs for _, ms in run.percentiles})
+    for latency in candidates:
+        under = sum(
+            run.requests * max((p for p, ms in run.percentiles if ms <= latency), default=0.0)
+            for run in runs
+        )
+        if under >= percentile * total:
+            return latency
+    return candidates[-1]
 
 
 def run_wrk(url: str, script: Path, clients: int, seconds: int) -> WrkRun:
@@ -389,6 +436,10 @@ def parse_wrk(out: str) -> WrkRun:
         latency_ms(out, "50%"),
         latency_ms(out, "99%"),
         int(non_2xx_match.group(1)) if non_2xx_match else 0,
+        [
+            (float(p), int(us) / 1000)
+            for p, us in re.findall(r"^latency percentile (\S+) (\d+)$", out, re.MULTILINE)
+        ],
     )
 
 
@@ -397,7 +448,85 @@ def latency_ms(out: str, percentile: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
-def measure(
+@dataclass
+class Slice:
+    """One measured ``wrk`` run against one server."""
+
+    run: WrkRun
+    cpu_seconds: float
+    postgres_seconds: float
+    operations: int
+    split: list[int]
+    disk_ms: list[float]
+    peak_rss_kb: int
+
+
+class Server:
+    """A server under test, started once and kept running for the whole run, measured in
+    slices that take turns with the other servers' (``main``)."""
+
+    def __init__(
+        self,
+        name: str,
+        pid: int,
+        port: int,
+        script: Path,
+        workdir: Path,
+        stored: Callable[[], int] | None,
+    ) -> None:
+        self.name, self.pid, self.port = name, pid, port
+        self.script, self.workdir, self.stored = script, workdir, stored
+        self.url = f"http://127.0.0.1:{port}/api/v1/receipts/"
+        self.slices: list[Slice] = []
+
+    def measure(self, args: argparse.Namespace) -> Slice:
+        """One measured run; CPU is divided by ``stored()``'s growth if given, else by the
+        requests answered."""
+        sampler = RssSampler(self.pid)
+        sampler.start()
+        disk = DiskSyncProbe(self.workdir)
+        disk.start()
+        before_count = self.stored() if self.stored else 0
+        before_cpu, postgres_before = tree_cpu_seconds(self.pid), postgres_cpu_seconds()
+        split: list[int] = []
+        probe = threading.Timer(1.0, lambda: split.extend(connection_split(self.pid, self.port)))
+        probe.start()
+        run = run_wrk(self.url, self.script, args.clients, args.seconds)
+        probe.join()
+        cpu = tree_cpu_seconds(self.pid) - before_cpu
+        postgres = postgres_cpu_seconds() - postgres_before
+        operations = self.stored() - before_count if self.stored else run.requests - run.non_2xx
+        for thread in (sampler, disk):
+            thread.stopped.set()
+            thread.join()
+        measured = Slice(run, cpu, postgres, operations, split, disk.latencies_ms, sampler.peak_kb)
+        self.slices.append(measured)
+        return measured
+
+    def result(self) -> Result:
+        """Every slice together: the rate over their whole time, p50 and p99 over all their
+        requests."""
+        runs = [s.run for s in self.slices]
+        operations = max(sum(s.operations for s in self.slices), 1)
+        seconds = sum(r.requests / r.requests_per_second for r in runs if r.requests_per_second)
+        disk = sorted(latency for s in self.slices for latency in s.disk_ms) or [0.0]
+        return Result(
+            self.name,
+            sum(r.requests for r in runs) / max(seconds, 1e-9),
+            merged_percentile(runs, 50),
+            merged_percentile(runs, 99),
+            sum(r.non_2xx for r in runs),
+            max(s.peak_rss_kb for s in self.slices) / 1024,
+            1000 * sum(s.cpu_seconds for s in self.slices) / operations,
+            [s.split for s in self.slices],
+            f"disk sync max {disk[-1]:.0f} ms, {sum(d >= 100 for d in disk)} over 100 ms",
+            1000 * sum(s.postgres_seconds for s in self.slices) / operations,
+            len(self.slices),
+        )
+
+
+@contextmanager
+def serving(
     name: str,
     command: list[str],
     env: dict[str, str],
@@ -406,42 +535,34 @@ def measure(
     args: argparse.Namespace,
     workdir: Path,
     stored: Callable[[], int] | None = None,
-) -> Result:
-    """Warm up, then one measured wrk run; CPU is divided by ``stored()``'s growth if given."""
+) -> Iterator[Server]:
+    """A ``Server`` started, settled and warmed up (3 s of load), stopped after the block."""
     base = f"http://127.0.0.1:{port}"
-    url = f"{base}/api/v1/receipts/"
     ready = f"{base}/readyz" if stored is not None else f"{base}/healthz"
     with running(command, env, ready, workdir / f"{name.split()[0]}.log") as pid:
-        run_wrk(url, script, args.clients, 3)  # warm-up
-        sampler = RssSampler(pid)
-        sampler.start()
-        disk = DiskSyncProbe(workdir)
-        disk.start()
-        before_count = stored() if stored else 0
-        before_cpu, postgres_before = tree_cpu_seconds(pid), postgres_cpu_seconds()
-        split: list[int] = []
-        probe = threading.Timer(1.0, lambda: split.extend(connection_split(pid, port)))
-        probe.start()
-        run = run_wrk(url, script, args.clients, args.seconds)
-        probe.join()
-        cpu = tree_cpu_seconds(pid) - before_cpu
-        postgres = postgres_cpu_seconds() - postgres_before
-        operations = stored() - before_count if stored else run.requests - run.non_2xx
-        for thread in (sampler, disk):
-            thread.stopped.set()
-            thread.join()
-    return Result(
-        name,
-        run.requests_per_second,
-        run.p50_ms,
-        run.p99_ms,
-        run.non_2xx,
-        sampler.peak_kb / 1024,
-        1000 * cpu / max(operations, 1),
-        split,
-        disk.summary(),
-        1000 * postgres / max(operations, 1),
-    )
+        server = Server(name, pid, port, script, workdir, stored)
+        run_wrk(server.url, script, args.clients, 3)
+        yield server
+
+
+def machine_cpu_seconds(pids: list[int]) -> float:
+    return sum(tree_cpu_seconds(pid) for pid in pids) + postgres_cpu_seconds()
+
+
+def wait_quiet(servers: list[Server]) -> None:
+    """Until the servers and PostgreSQL stand still: what one server left running after its
+    slice (an SQLite checkpoint, PostgreSQL's autovacuum after thousands of inserts) would
+    otherwise slow the next server's slice and flatter the one before."""
+    pids = [server.pid for server in servers]
+    deadline = time.monotonic() + 30
+    before = machine_cpu_seconds(pids)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = machine_cpu_seconds(pids)
+        if now - before < 0.05:
+            return
+        before = now
+    print("  (the servers were still busy 30 s after a slice; measuring anyway)", flush=True)
 
 
 @contextmanager
@@ -525,13 +646,14 @@ WHAT_IF = {
 """``bench/what_if.py``'s factories and their labels."""
 
 
-def bench_kuitti(
+@contextmanager
+def kuitti_server(
     kind: str,
     bodies: list[bytes],
     workers: int,
     args: argparse.Namespace,
     what_if: str | None = None,
-) -> Result:
+) -> Iterator[Server]:
     with kuitti_instance(kind) as (workdir, env, api_key, url):
         script = workdir / "post.lua"
         wrk_script(bodies, api_key, script)
@@ -540,7 +662,7 @@ def bench_kuitti(
         if what_if is not None:
             app, label = f"bench.what_if:{what_if}", f"{label}, {WHAT_IF[what_if]}"
         stores = what_if not in ("without_writer", "without_either", "without_post")
-        return measure(
+        with serving(
             f"{label} ({workers} proc)",
             kuitti_command(port, workers, args.serve_args, app),
             env,
@@ -550,12 +672,14 @@ def bench_kuitti(
             workdir,
             # Without the writer, CPU is per answered post.
             stored=receipt_counter(url, workdir) if stores else None,
-        )
+        ) as server:
+            yield server
 
 
-def bench_reference(
+@contextmanager
+def reference_server(
     app: str, label: str, bodies: list[bytes], workers: int, args: argparse.Namespace
-) -> Result:
+) -> Iterator[Server]:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         script = workdir / "post.lua"
@@ -566,14 +690,31 @@ def bench_reference(
             str(BIN / "uvicorn"), f"bench.bare_app:{app}", "--port", str(port),
             "--workers", str(workers), "--no-access-log", *UVICORN_ARGS,
         ]  # fmt: skip
-        return measure(f"{label} ({workers} proc)", command, env, port, script, args, workdir)
+        with serving(f"{label} ({workers} proc)", command, env, port, script, args, workdir) as s:
+            yield s
+
+
+def shares(server: Server, ceiling: Server) -> tuple[float, float, float]:
+    """``server``'s rate as a share of the ceiling's, in per cent: over the whole run, and the
+    lowest and highest of each of its slices against the ceiling's slice just before and just
+    after it (``main`` starts and ends every round with the ceiling)."""
+    whole = 100 * server.result().requests_per_second / ceiling.result().requests_per_second
+    each = [
+        100 * measured.run.requests_per_second / around.run.requests_per_second
+        for index, measured in enumerate(server.slices)
+        for around in ceiling.slices[index : index + 2]
+    ]
+    return whole, min(each), max(each)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--seconds", type=int, default=15)
+    parser.add_argument("--seconds", type=int, default=10, help="of each measured slice")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="slices of each server, in turns with the others"
+    )
     parser.add_argument("--workers", default="2", help="server processes, or a list such as 1,2,4")
     parser.add_argument("--rows", type=int, default=60, help="product rows (0: 1–60 at random)")
     parser.add_argument("--receipts", type=int, default=200, help="distinct bodies to send")
@@ -598,32 +739,52 @@ def main() -> None:
     sizes = sorted(len(b) for b in bodies)
     print(
         f"{len(bodies)} receipts, body size median {sizes[len(sizes) // 2] / 1024:.1f} KB, "
-        f"max {sizes[-1] / 1024:.1f} KB; {args.clients} clients, {args.seconds} s, "
+        f"max {sizes[-1] / 1024:.1f} KB; {args.clients} clients, "
+        f"{args.rounds} rounds of {args.seconds} s, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
         f"Python {platform.python_version()} from {sys.base_prefix}"
     )
     kinds = ["sqlite", "postgresql"] if args.database == "both" else [args.database]
     for workers in [int(w) for w in args.workers.split(",")]:
-        ceiling = bench_reference("parse_only", "parse-only", bodies, workers, args)
-        print(ceiling.line(), flush=True)
-        results = []
-        if not args.no_validating:
-            results.append(
-                bench_reference("validating", "FastAPI+validation", bodies, workers, args)
+        with contextlib.ExitStack() as stack:
+            ceiling = stack.enter_context(
+                reference_server("parse_only", "parse-only", bodies, workers, args)
             )
-            print(results[-1].line(), flush=True)
-        for kind in kinds:
-            for what_if in [None, *(WHAT_IF if args.what_if else ())]:
-                results.append(bench_kuitti(kind, bodies, workers, args, what_if))
-                print(results[-1].line(), flush=True)
-        # The machine's speed drifts during a run (other tenants of the host): the ceiling is
-        # measured again after the others, and each share is given against both measurements.
-        ceiling_again = bench_reference("parse_only", "parse-only, again", bodies, workers, args)
-        print(ceiling_again.line(), flush=True)
-        ceilings = sorted(c.requests_per_second for c in (ceiling, ceiling_again))
-        for result in results:
-            low, high = (100 * result.requests_per_second / c for c in reversed(ceilings))
-            print(f"  {result.name}: {low:.1f}–{high:.1f} % of the parse-only ceiling")
+            others = []
+            if not args.no_validating:
+                others.append(
+                    stack.enter_context(
+                        reference_server("validating", "FastAPI+validation", bodies, workers, args)
+                    )
+                )
+            for kind in kinds:
+                for what_if in [None, *(WHAT_IF if args.what_if else ())]:
+                    others.append(
+                        stack.enter_context(kuitti_server(kind, bodies, workers, args, what_if))
+                    )
+            servers = [ceiling, *others]
+            # Every round starts with the ceiling and the last ends with it: the machine's speed
+            # drifts (other tenants of the host), and each slice then has a ceiling measured
+            # just before and just after it.
+            order = [server for _ in range(args.rounds) for server in servers] + [ceiling]
+            for number, server in enumerate(order):
+                wait_quiet(servers)
+                measured = server.measure(args)
+                run = measured.run
+                print(
+                    f"  slice {number + 1}/{len(order)}  {server.name:<38} "
+                    f"{run.requests_per_second:>7.0f} /s  p99 {run.p99_ms:>6.1f} ms  "
+                    f"clients {'+'.join(map(str, measured.split))}",
+                    flush=True,
+                )
+            for server in servers:
+                print(server.result().line())
+            for server in others:
+                whole, low, high = shares(server, ceiling)
+                print(
+                    f"  {server.name}: {whole:.1f} % of the parse-only ceiling "
+                    f"(each slice against the ceiling's beside it: {low:.1f}–{high:.1f} %)"
+                )
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
