@@ -7,6 +7,7 @@ so they really are written as one batch; then the lock is let go.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import uuid
@@ -20,11 +21,13 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import func, select, text
 
+from kuitti.metrics import INGEST_BATCH
 from kuitti.models import IdempotencyRecord, PartnerRole, Receipt
 from kuitti.partners.keys import key_digest, look_up_holder
 from kuitti.partners.service import NewPartner
 from kuitti.receipts.checks import check_body
-from kuitti.receipts.ingest import Ingest
+from kuitti.receipts import ingest as ingest_module
+from kuitti.receipts.ingest import GATHER_AT_LEAST, Ingest
 from kuitti.receipts.service import Posting, prepare_posting
 from kuitti.services import Services
 from tests.conftest import LiveServer
@@ -336,6 +339,83 @@ def test_the_batch_metric_counts_transactions_and_their_receipts(
     assert total - sum_before == 5
     # The first post may start a transaction of its own before the others arrive.
     assert count - count_before in (1, 2)
+
+
+def _batches_so_far() -> tuple[float, float]:
+    """(transactions, receipt posts) of this process's ``kuitti_ingest_batch_receipts``."""
+    values = {s.name: s.value for m in INGEST_BATCH.collect() for s in m.samples}
+    return values["kuitti_ingest_batch_receipts_count"], values["kuitti_ingest_batch_receipts_sum"]
+
+
+def _poster(services: Services) -> Callable[[Ingest, str], Any]:
+    """A function that posts a receipt numbered as told through ``Ingest.post``, as the route
+    does, and returns its status."""
+    authorization = auth(make_partner(services).api_key)["Authorization"]
+
+    async def post(ingest: Ingest, number: str) -> int:
+        body = orjson.dumps(receipt_doc(receiptNumber=number))
+        status, _ = await ingest.post(
+            body,
+            authorization=authorization,
+            content_type="application/json",
+            idempotency_key=None,
+        )
+        return status
+
+    return post
+
+
+async def _written_together(ingest: Ingest, post: Callable[[Ingest, str], Any]) -> None:
+    """A batch of ``GATHER_AT_LEAST`` postings: all of them join the queue before the writer's
+    task first runs (their key holder is remembered, so none waits for a lookup)."""
+    await post(ingest, "warm")
+    before = _batches_so_far()
+    statuses = await asyncio.gather(*(post(ingest, f"T-{i}") for i in range(GATHER_AT_LEAST)))
+    assert statuses == [200] * GATHER_AT_LEAST
+    count, total = _batches_so_far()
+    assert (count - before[0], total - before[1]) == (1, GATHER_AT_LEAST)
+
+
+def test_under_load_the_writer_lets_postings_gather_into_one_batch(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    post = _poster(services)
+
+    async def scenario() -> None:
+        ingest = Ingest(services)
+        await _written_together(ingest, post)
+        monkeypatch.setattr(ingest_module, "GATHER_SECONDS", 60)  # only the count ends the wait
+        before = _batches_so_far()
+        lone = asyncio.create_task(post(ingest, "lone"))
+        while ingest.in_flight == 0:
+            await asyncio.sleep(0)
+        others = [post(ingest, f"U-{i}") for i in range(GATHER_AT_LEAST - 1)]
+        statuses = await asyncio.wait_for(asyncio.gather(lone, *others), 30)
+        assert statuses == [200] * GATHER_AT_LEAST
+        count, total = _batches_so_far()
+        assert (count - before[0], total - before[1]) == (1, GATHER_AT_LEAST)
+
+    asyncio.run(scenario())
+    assert len(stored_numbers(services)) == 2 * GATHER_AT_LEAST + 1
+
+
+def test_a_lone_posting_is_written_at_once_and_after_load_waits_only_a_moment(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    post = _poster(services)
+
+    async def scenario() -> None:
+        monkeypatch.setattr(ingest_module, "GATHER_SECONDS", 60)
+        ingest = Ingest(services)
+        # No batch of GATHER_AT_LEAST yet: light load, nothing to wait for.
+        assert await asyncio.wait_for(post(ingest, "first"), 30) == 200
+        monkeypatch.setattr(ingest_module, "GATHER_SECONDS", 0.01)
+        await _written_together(ingest, post)
+        # Load gone: the next posting waits for company only that long.
+        assert await asyncio.wait_for(post(ingest, "after"), 30) == 200
+
+    asyncio.run(scenario())
+    assert {"first", "after"} <= set(stored_numbers(services))
 
 
 @pytest.mark.parametrize(
