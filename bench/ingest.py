@@ -45,7 +45,6 @@ postgresql://kuitti:kuitti@127.0.0.1:5432/postgres) and drop it afterwards.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -62,7 +61,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,7 +100,6 @@ class Result:
     """The disk's slowest sync during the slices (``DiskSyncProbe``)."""
     postgres_cpu_ms_per_op: float
     """PostgreSQL's own CPU (every server process on the machine) per operation."""
-    slices: int
 
     def line(self) -> str:
         postgres = self.postgres_cpu_ms_per_op
@@ -288,8 +286,10 @@ class DiskSyncProbe(threading.Thread):
             os.close(descriptor)
             self.path.unlink()
 
-    def summary(self) -> str:
-        latencies = sorted(self.latencies_ms) or [0.0]
+    @staticmethod
+    def summary(latencies_ms: list[float]) -> str:
+        """The slowest of these syncs, and how many took 100 ms or more."""
+        latencies = sorted(latencies_ms) or [0.0]
         stalls = sum(latency >= 100 for latency in latencies)
         return f"disk sync max {latencies[-1]:.0f} ms, {stalls} over 100 ms"
 
@@ -315,15 +315,22 @@ def wait_settled(pid: int) -> None:
     importing when ``wrk`` opens its connections takes few of them, and the same connections
     carry the whole run, so the measurement would be of one process serving most clients (a
     split of 46 to 4 was seen). Waiting until the tree is idle makes every run start even."""
-    deadline = time.monotonic() + 60
-    before = tree_cpu_seconds(pid)
+    if not stands_still(lambda: tree_cpu_seconds(pid), within=60):
+        raise SystemExit("the server's processes kept busy after it was ready")
+
+
+def stands_still(cpu_seconds: Callable[[], float], *, within: float) -> bool:
+    """Whether, within ``within`` seconds, ``cpu_seconds()`` grows by under a tenth of a core
+    over half a second."""
+    deadline = time.monotonic() + within
+    before = cpu_seconds()
     while time.monotonic() < deadline:
         time.sleep(0.5)
-        now = tree_cpu_seconds(pid)
-        if now - before < 0.05:  # under a tenth of a core over half a second
-            return
+        now = cpu_seconds()
+        if now - before < 0.05:
+            return True
         before = now
-    raise SystemExit("the server's processes kept busy after it was ready")
+    return False
 
 
 @contextmanager
@@ -509,7 +516,6 @@ class Server:
         runs = [s.run for s in self.slices]
         operations = max(sum(s.operations for s in self.slices), 1)
         seconds = sum(r.requests / r.requests_per_second for r in runs if r.requests_per_second)
-        disk = sorted(latency for s in self.slices for latency in s.disk_ms) or [0.0]
         return Result(
             self.name,
             sum(r.requests for r in runs) / max(seconds, 1e-9),
@@ -519,9 +525,8 @@ class Server:
             max(s.peak_rss_kb for s in self.slices) / 1024,
             1000 * sum(s.cpu_seconds for s in self.slices) / operations,
             [s.split for s in self.slices],
-            f"disk sync max {disk[-1]:.0f} ms, {sum(d >= 100 for d in disk)} over 100 ms",
+            DiskSyncProbe.summary([latency for s in self.slices for latency in s.disk_ms]),
             1000 * sum(s.postgres_seconds for s in self.slices) / operations,
-            len(self.slices),
         )
 
 
@@ -545,24 +550,16 @@ def serving(
         yield server
 
 
-def machine_cpu_seconds(pids: list[int]) -> float:
-    return sum(tree_cpu_seconds(pid) for pid in pids) + postgres_cpu_seconds()
-
-
 def wait_quiet(servers: list[Server]) -> None:
     """Until the servers and PostgreSQL stand still: what one server left running after its
     slice (an SQLite checkpoint, PostgreSQL's autovacuum after thousands of inserts) would
     otherwise slow the next server's slice and flatter the one before."""
-    pids = [server.pid for server in servers]
-    deadline = time.monotonic() + 30
-    before = machine_cpu_seconds(pids)
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
-        now = machine_cpu_seconds(pids)
-        if now - before < 0.05:
-            return
-        before = now
-    print("  (the servers were still busy 30 s after a slice; measuring anyway)", flush=True)
+
+    def cpu_seconds() -> float:
+        return sum(tree_cpu_seconds(s.pid) for s in servers) + postgres_cpu_seconds()
+
+    if not stands_still(cpu_seconds, within=30):
+        print("  (the servers were still busy 30 s after a slice; measuring anyway)", flush=True)
 
 
 @contextmanager
@@ -746,7 +743,7 @@ def main() -> None:
     )
     kinds = ["sqlite", "postgresql"] if args.database == "both" else [args.database]
     for workers in [int(w) for w in args.workers.split(",")]:
-        with contextlib.ExitStack() as stack:
+        with ExitStack() as stack:
             ceiling = stack.enter_context(
                 reference_server("parse_only", "parse-only", bodies, workers, args)
             )
