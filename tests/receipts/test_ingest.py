@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -347,7 +347,7 @@ def _batches_so_far() -> tuple[float, float]:
     return values["kuitti_ingest_batch_receipts_count"], values["kuitti_ingest_batch_receipts_sum"]
 
 
-def _poster(services: Services) -> Callable[[Ingest, str], Any]:
+def _poster(services: Services) -> Callable[[Ingest, str], Coroutine[Any, Any, int]]:
     """A function that posts a receipt numbered as told through ``Ingest.post``, as the route
     does, and returns its status."""
     authorization = auth(make_partner(services).api_key)["Authorization"]
@@ -365,7 +365,9 @@ def _poster(services: Services) -> Callable[[Ingest, str], Any]:
     return post
 
 
-async def _written_together(ingest: Ingest, post: Callable[[Ingest, str], Any]) -> None:
+async def _written_together(
+    ingest: Ingest, post: Callable[[Ingest, str], Coroutine[Any, Any, int]]
+) -> None:
     """A batch of ``GATHER_AT_LEAST`` postings: all of them join the queue before the writer's
     task first runs (their key holder is remembered, so none waits for a lookup)."""
     await post(ingest, "warm")
