@@ -3,7 +3,7 @@
 ``ix_card_payments_preauth`` had an entry for every CARD payment, nearly all of them with no
 pre-authorised amount. Those entries sort by merchant id, so each receipt's landed on a page of
 its own: on SQLite about one more 4 KB page written per stored receipt, a tenth of its WAL
-(docs/performance.md, "Eleventh round"). The only lookup by it compares the amount with a value,
+(bench/HISTORY.md, "Eleventh round"). The only lookup by it compares the amount with a value,
 which both databases know implies ``IS NOT NULL``, so the partial index still serves it.
 
 Revision ID: 0003

@@ -4,7 +4,7 @@ A new payment used to be made due at once (``settle_at`` = now), which put an en
 partial indexes of the auth-window re-check; the one by merchant id landed on a page of its own
 for nearly every receipt. The receipt's transaction now appends one row to
 ``card_matching_queue`` instead, and the worker deletes it in the transaction that decides the
-payment (docs/performance.md, "Sixteenth round").
+payment (bench/HISTORY.md, "Sixteenth round").
 
 Payments recorded before this revision keep their ``settle_at`` and are decided by the re-check,
 which still takes every payment whose ``settle_at`` has passed: nothing needs moving.
