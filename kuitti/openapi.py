@@ -1,5 +1,7 @@
 """The OpenAPI document as a partner needs it: how to authenticate each operation, one error shape
-on every 4xx, the receipt schemas, and no 422 (the service answers bad input with 400).
+on every 4xx, the receipt schemas, no 422 (the service answers bad input with 400), and every
+webhook kuitti sends (OpenAPI 3.1 ``webhooks``: one entry per body, its schema in
+``components``, and their union ``WebhookPayload``).
 
 ``/docs`` (Swagger UI) reads this: its "Authorize" button fills the schemes below, which is how a
 "Try it out" call carries a key. Header parameters that a scheme covers are dropped from the
@@ -21,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 
 from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.schema import Receipt, TokenReceiptRequest
+from kuitti.webhooks.payloads import PAYLOAD_MODELS, Notification
 
 SECURITY_SCHEMES: dict[str, dict[str, str]] = {
     "MerchantToken": {
@@ -107,6 +110,39 @@ TOKEN_REQUEST_SCHEMA: dict[str, Any] = {
     "required": ["grant_type", "code", "redirect_uri"],
 }
 
+# What every webhook call carries besides its body (docs/webhooks.md, "Checking a webhook").
+_WEBHOOK_HEADERS: list[dict[str, Any]] = [
+    {
+        "name": "Authorization",
+        "in": "header",
+        "required": True,
+        "description": "`Token <webhook_key>`; to a card issuer the bare key.",
+        "schema": {"type": "string"},
+    },
+    {
+        "name": "webhook-id",
+        "in": "header",
+        "required": True,
+        "description": "The event's id, the same on every retry: process each id once.",
+        "schema": {"type": "string"},
+    },
+    {
+        "name": "webhook-timestamp",
+        "in": "header",
+        "required": True,
+        "description": "Seconds since the epoch, when this attempt was signed.",
+        "schema": {"type": "string"},
+    },
+    {
+        "name": "webhook-signature",
+        "in": "header",
+        "required": True,
+        "description": "Standard Webhooks signature: `v1,` and Base64 of HMAC-SHA256 over "
+        "`<webhook-id>.<webhook-timestamp>.<body>` with the webhook key.",
+        "schema": {"type": "string"},
+    },
+]
+
 
 def _swagger_ui_assets() -> Path:
     """Swagger UI's files as the swagger-ui-py package ships them (found without importing it:
@@ -152,11 +188,51 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     schemas.pop("ValidationError", None)
     schemas.update(ERROR_SCHEMAS)
     components["securitySchemes"] = SECURITY_SCHEMES
+    schema["webhooks"] = _webhooks(schemas)
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
             _shape_operation(method, path, operation)
     app.openapi_schema = schema
     return schema
+
+
+def _webhooks(schemas: dict[str, Any]) -> dict[str, Any]:
+    """One entry per webhook body; each body's schema, and ``WebhookPayload``, their union, go
+    to ``schemas``."""
+    webhooks: dict[str, Any] = {}
+    for model in PAYLOAD_MODELS:
+        model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(model_schema.pop("$defs", {}))
+        model_schema["description"] = _markdown(model_schema["description"])
+        schemas[model.__name__] = model_schema
+        webhooks[str(model.WEBHOOK_NAME)] = {"post": _webhook_operation(model)}
+    schemas["WebhookPayload"] = {
+        "description": "Any webhook body kuitti sends.",
+        "oneOf": [{"$ref": f"#/components/schemas/{m.__name__}"} for m in PAYLOAD_MODELS],
+    }
+    return webhooks
+
+
+def _markdown(docstring: str) -> str:
+    """A docstring's text as one Markdown line (``x`` becomes `x`)."""
+    return " ".join(docstring.split()).replace("``", "`")
+
+
+def _webhook_operation(model: type[Notification]) -> dict[str, Any]:
+    return {
+        "summary": _markdown(model.__doc__ or model.__name__),
+        "operationId": f"webhook_{model.WEBHOOK_NAME}",
+        "parameters": _WEBHOOK_HEADERS,
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
+            },
+        },
+        "responses": {
+            "2XX": {"description": "Received; any other answer, or none in 10 s, is retried."}
+        },
+    }
 
 
 def _shape_operation(method: str, path: str, operation: dict[str, Any]) -> None:

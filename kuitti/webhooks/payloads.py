@@ -1,17 +1,19 @@
 """The body of every webhook, one model per notification type, field for field as the interface
-gives it (docs/webhooks.md shows each).
+gives it (docs/webhooks.md shows each). ``WebhookPayload`` is their union, published in the
+OpenAPI document's ``webhooks`` section (``kuitti.openapi``) so that partners can generate their
+receivers' types.
 
 Key order is the order of the fields. Keys the interface leaves out when there is no value
 (``partner_metadata``, a card holder's ``name``, the payment codes) are listed in
 ``OMITTED_WHEN_NONE`` and dropped from the body when they are ``None``; every other ``None`` is
-sent as ``null``.
+sent as ``null``. The models' JSON schema describes the body as sent (``_schema_as_sent``).
 """
 
 from __future__ import annotations
 
 import uuid
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
@@ -27,8 +29,23 @@ class NotificationType(StrEnum):
     CARD_ADDED = "card_added"
 
 
+def _schema_as_sent(schema: dict[str, Any], model: type[Any]) -> None:
+    """Every key is sent except an ``OMITTED_WHEN_NONE`` one without a value, which is left
+    out rather than sent as ``null``; a receiver must ignore keys it does not know (new ones
+    may be added), so the schema allows them."""
+    omitted: frozenset[str] = model.OMITTED_WHEN_NONE
+    properties: dict[str, dict[str, Any]] = schema["properties"]
+    for name, prop in properties.items():
+        prop.pop("default", None)
+        if name in omitted and "anyOf" in prop:
+            (kept,) = [branch for branch in prop.pop("anyOf") if branch != {"type": "null"}]
+            prop.update(kept)
+    schema["required"] = [name for name in properties if name not in omitted]
+    schema.pop("additionalProperties", None)
+
+
 class Body(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=_schema_as_sent)
 
     OMITTED_WHEN_NONE: ClassVar[frozenset[str]] = frozenset()
 
@@ -41,11 +58,13 @@ class Body(BaseModel):
         return data
 
 
-class WebhookPayload(Body):
+class Notification(Body):
     """A whole webhook body. ``BARE_AUTHORIZATION``: card-issuer webhooks send
-    ``Authorization: <key>`` rather than ``Token <key>``."""
+    ``Authorization: <key>`` rather than ``Token <key>``. ``WEBHOOK_NAME``: the body's entry in
+    the OpenAPI document's ``webhooks`` (the notification type, unless two bodies share it)."""
 
     BARE_AUTHORIZATION: ClassVar[bool] = False
+    WEBHOOK_NAME: ClassVar[str]
 
     if TYPE_CHECKING:  # each body declares it as a field, where the interface puts it
         notification_type: NotificationType
@@ -54,7 +73,7 @@ class WebhookPayload(Body):
         return orjson.dumps(self.model_dump(mode="json"))
 
 
-class _ConnectionPayload(WebhookPayload):
+class _ConnectionPayload(Notification):
     """To a partner application, about one of its connections."""
 
     OMITTED_WHEN_NONE = frozenset({"partner_metadata"})
@@ -65,6 +84,7 @@ class ReceiptNotification(_ConnectionPayload):
     returns, when the user has that too."""
 
     OMITTED_WHEN_NONE = frozenset({"partner_metadata", "related_receipt_id"})
+    WEBHOOK_NAME = NotificationType.RECEIPT
 
     notification_type: Literal[NotificationType.RECEIPT] = NotificationType.RECEIPT
     service_id: uuid.UUID
@@ -95,6 +115,8 @@ class TransactionData(Body):
 class TransactionNotification(_ConnectionPayload):
     """A card issuer reported a purchase on the user's card; ``receipt_id`` when matched."""
 
+    WEBHOOK_NAME = NotificationType.TRANSACTION
+
     notification_type: Literal[NotificationType.TRANSACTION] = NotificationType.TRANSACTION
     service_id: uuid.UUID
     receipt_id: uuid.UUID | None
@@ -116,6 +138,8 @@ class TransactionNotification(_ConnectionPayload):
 class OAuthRevokeNotification(_ConnectionPayload):
     """The user removed the connection on the service side."""
 
+    WEBHOOK_NAME = NotificationType.OAUTH_REVOKE
+
     notification_type: Literal[NotificationType.OAUTH_REVOKE] = NotificationType.OAUTH_REVOKE
     service_id: uuid.UUID
     partner_metadata: dict[str, Any] | None = None
@@ -133,10 +157,11 @@ class CardAddedData(Body):
     exp_date: str
 
 
-class CardAdded(WebhookPayload):
+class CardAdded(Notification):
     """To a card issuer: a card it enrolled has been processed."""
 
     BARE_AUTHORIZATION = True
+    WEBHOOK_NAME = NotificationType.CARD_ADDED
 
     notification_type: Literal[NotificationType.CARD_ADDED] = NotificationType.CARD_ADDED
     partner_card_id: str
@@ -157,10 +182,11 @@ class CardReceiptData(Body):
     transaction_type: str
 
 
-class CardReceiptNotification(WebhookPayload):
+class CardReceiptNotification(Notification):
     """To a card issuer: a receipt was matched to one of its cards."""
 
     BARE_AUTHORIZATION = True
+    WEBHOOK_NAME = "card_issuer_receipt_notification"
 
     notification_type: Literal[NotificationType.RECEIPT] = NotificationType.RECEIPT
     partner_card_id: str
@@ -168,11 +194,26 @@ class CardReceiptNotification(WebhookPayload):
     data: CardReceiptData
 
 
-class FullReceiptNotification(WebhookPayload):
+class FullReceiptNotification(Notification):
     """To a bank in pilot mode: the whole receipt matched to one of its pilot cards."""
+
+    WEBHOOK_NAME = NotificationType.FULL_RECEIPT
 
     service_id: uuid.UUID | None
     notification_type: Literal[NotificationType.FULL_RECEIPT] = NotificationType.FULL_RECEIPT
     receipt_id: uuid.UUID
     receipt_json: dict[str, Any]
     receipt_web_url: str
+
+
+# Every body kuitti sends. Two share ``receipt_notification``; their required keys tell them
+# apart (``service_id`` against ``partner_card_id``).
+WebhookPayload = (
+    ReceiptNotification
+    | TransactionNotification
+    | OAuthRevokeNotification
+    | CardAdded
+    | CardReceiptNotification
+    | FullReceiptNotification
+)
+PAYLOAD_MODELS: tuple[type[Notification], ...] = get_args(WebhookPayload)

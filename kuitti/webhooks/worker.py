@@ -1,5 +1,5 @@
-"""The delivery worker: sends due webhooks (and e-mails) from the outbox, and runs the
-card-linking re-check beside them.
+"""The webhook worker: sends due webhooks from the outbox to partners' URLs. (``kuitti.worker``
+runs it beside the e-mail sender and the card-linking re-check.)
 
 One delivery goes through three steps, each usable on its own (tests call them directly):
 

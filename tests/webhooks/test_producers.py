@@ -1,6 +1,7 @@
 """Every notification type, produced by the code path that causes it (cards API, card
 transactions, card-linking, pilot cards, a user removing a connection), reaches a real receiver
-with the interface's body and headers and verifies with ``standardwebhooks``."""
+with the interface's body and headers, verifies with ``standardwebhooks``, and validates against
+the schema the OpenAPI document publishes for it (``jsonschema``)."""
 
 from __future__ import annotations
 
@@ -9,28 +10,57 @@ from datetime import timedelta
 
 import httpx
 import orjson
+import pytest
+from jsonschema import Draft202012Validator, ValidationError
 from standardwebhooks import Webhook
 
+from kuitti.app import create_app
 from kuitti.cards.service import check_card_request, enroll_card
 from kuitti.clock import FrozenClock
 from kuitti.delivery.links import private_link
 from kuitti.models import Connection, PartnerRole
 from kuitti.services import Services
 from kuitti.users.service import revoke_connection
+from kuitti.webhooks.payloads import NotificationType
 from tests.cards.support import AUTH_CODE, MID, PAID_AT, PAN, World
 from tests.factories import make_partner, make_user, receipt_doc
 from tests.webhooks.receivers import Received, Receiver
 from tests.webhooks.support import add_connection, deliver, delivery, webhook_partner
 
 
+def published_schema(services: Services, name: str) -> Draft202012Validator:
+    """A validator for a schema of the OpenAPI document's ``components``, its references
+    resolved within the document, with formats (``uuid``) checked."""
+    components = create_app(services.settings).openapi()["components"]
+    return Draft202012Validator(
+        {"$ref": f"#/components/schemas/{name}", "components": components},
+        format_checker=Draft202012Validator.FORMAT_CHECKER,
+    )
+
+
+def check_published(services: Services, body: object, *, bare: bool) -> None:
+    """The body is one of ``WebhookPayload``'s and fits the schema of its own ``webhooks`` entry."""
+    assert isinstance(body, dict)
+    published_schema(services, "WebhookPayload").validate(body)
+    name = body["notification_type"]
+    if bare and name == NotificationType.RECEIPT:
+        name = "card_issuer_receipt_notification"
+    webhooks = create_app(services.settings).openapi()["webhooks"]
+    content = webhooks[name]["post"]["requestBody"]["content"]
+    ref = content["application/json"]["schema"]["$ref"]
+    published_schema(services, ref.rsplit("/", 1)[1]).validate(body)
+
+
 def check(services: Services, call: Received, key: str | None, *, bare: bool) -> object:
-    """Headers as the interface gives them, the signature as a partner checks it, and the body
-    on the wire equal to the outbox row."""
+    """Headers as the interface gives them, the signature as a partner checks it, the body on
+    the wire equal to the outbox row and valid against the published schema."""
     assert key is not None
     assert call.headers["authorization"] == (key if bare else f"Token {key}")
     assert call.headers["content-type"] == "application/json"
     assert call.body == delivery(services, uuid.UUID(call.webhook_id)).payload.encode()
-    return Webhook(key).verify(call.body, call.headers)
+    body = Webhook(key).verify(call.body, call.headers)
+    check_published(services, body, bare=bare)
+    return body
 
 
 def world_with(services: Services, client: httpx.Client, clock: FrozenClock, url: str) -> World:
@@ -163,3 +193,37 @@ class TestConnectionRemoved:
         }
         assert b"receipt_id" not in call.body
         assert orjson.loads(call.body)["service_id"] == str(connection.id)
+
+
+class TestPublishedSchema:
+    def test_every_notification_type_is_published(self, services: Services) -> None:
+        """Each ``webhooks`` entry is a POST whose body is one of ``WebhookPayload``'s, and
+        together they name every notification type."""
+        document = create_app(services.settings).openapi()
+        union = document["components"]["schemas"]["WebhookPayload"]["oneOf"]
+        types = set()
+        for entry in document["webhooks"].values():
+            schema = entry["post"]["requestBody"]["content"]["application/json"]["schema"]
+            assert schema in union
+            body = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+            assert "notification_type" in body["required"]
+            types.add(body["properties"]["notification_type"]["const"])
+        assert len(document["webhooks"]) == len(union) == 6
+        assert types == set(NotificationType)
+
+    def test_the_schema_refuses_what_is_never_sent(self, services: Services) -> None:
+        """A key the body always has, left out; a key left out when empty, sent as null; a
+        wrong notification type: each fails, so the checks in ``check`` can fail."""
+        body = {
+            "notification_type": "oauth_authorization_revoke",
+            "service_id": str(uuid.uuid4()),
+        }
+        check_published(services, body, bare=False)
+        for wrong in (
+            {"notification_type": "oauth_authorization_revoke"},
+            {**body, "partner_metadata": None},
+            {**body, "service_id": "not-a-uuid"},
+            {**body, "notification_type": "card_removed"},
+        ):
+            with pytest.raises(ValidationError):
+                check_published(services, wrong, bare=False)
