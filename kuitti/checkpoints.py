@@ -4,8 +4,8 @@ SQLite appends every commit to the WAL file; a checkpoint copies the WAL back in
 database file and syncs both files to disk. By default the connection that commits runs one
 after its commit once the WAL holds 1,000 pages, and the commit call returns only when the copy
 and the two syncs are done: about 20 ms on the standard machine, most of it waiting for the
-disk. The process's ingest writer is stuck that long, every hundred receipts or so, while its
-clients wait (docs/performance.md, "Tenth round").
+disk. The process's ingest writer would be stuck that long, every hundred receipts or so,
+while its clients wait.
 
 So a long-running process (``kuitti serve``'s processes, ``kuitti worker``) runs
 ``BackgroundCheckpoints`` while it serves: every write commit wakes a thread that, at most

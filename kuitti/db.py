@@ -108,8 +108,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         if dialect.name != "sqlite":
             return value
         # SQLAlchemy's SQLite text for the naive UTC time ("2026-01-15 08:00:00.000000"), written
-        # by isoformat in a third of the time of its % formatting: a receipt binds seven of these
-        # (docs/performance.md, "Eleventh round").
+        # by isoformat in a third of the time of its % formatting: a receipt binds seven of these.
         return value.isoformat(" ", "microseconds")[:-_UTC_OFFSET_LENGTH]
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
@@ -130,8 +129,8 @@ class UTF8Text(TypeDecorator[str]):
     a decoded copy of them again.
 
     Read back, it is text. On SQLite the bytes go in as they are: for a 16 KB receipt document
-    the encoding cost the writer 10 µs, a hundredth of a stored receipt (docs/performance.md,
-    "Eleventh round"). psycopg binds only text as text, so PostgreSQL is given it decoded."""
+    the encoding would cost the writer 10 µs, a hundredth of a stored receipt. psycopg binds
+    only text as text, so PostgreSQL is given it decoded."""
 
     impl = Text
     cache_ok = True
@@ -148,7 +147,7 @@ class UTF8Text(TypeDecorator[str]):
 class uuid_text(FunctionElement[str]):
     """A ``Uuid`` column as the text ``str(uuid)`` writes, made by the database: a page of
     rows that only shows its ids skips a ``UUID`` object for each (built by the driver or
-    SQLAlchemy, then written back out: a tenth of a list page's CPU, docs/performance.md)."""
+    SQLAlchemy, then written back out: a tenth of a list page's CPU)."""
 
     type = String()
     inherit_cache = True
@@ -219,8 +218,7 @@ def _begin_immediate(dbapi_connection: sqlite3.Connection) -> None:
 
     SQLite's own wait (its busy handler) sleeps 1, 2, 5, 10, 15… ms between tries, so a writer
     that finds the lock taken oversleeps the moment it is let go; with two processes storing
-    receipts, that wait set the tail of the posts' latency (docs/performance.md, "Fifteenth
-    round")."""
+    receipts, that wait would set the tail of the posts' latency."""
     (timeout_ms,) = dbapi_connection.execute("PRAGMA busy_timeout").fetchone()
     dbapi_connection.execute("PRAGMA busy_timeout=0")
     try:
@@ -465,10 +463,10 @@ class Database:
         column's type as SQLAlchemy would; on PostgreSQL all of them in one pipeline, one round
         trip.
 
-        For the ingest writer's batches: SQLAlchemy's execution layer cost a batch about 0.2 ms
-        a statement, and each statement waited for its own round trip (docs/performance.md,
-        "The writer on the driver"). The rows of a table name the same columns, and every
-        column with a Python-side default among them: a compiled statement cannot supply one."""
+        For the ingest writer's batches: SQLAlchemy's execution layer would cost a batch about
+        0.2 ms a statement, and each statement would wait for its own round trip. The rows of a
+        table name the same columns, and every column with a Python-side default among them: a
+        compiled statement cannot supply one."""
         self._run_rows(
             session,
             [
@@ -650,10 +648,10 @@ class RowsStatement:
 
     Its row-at-a-time form is SQLAlchemy's own statement, run by ``executemany``: on SQLite one
     C loop. On PostgreSQL psycopg runs that loop row by row through its Python layer, which
-    cost the ingest writer about a tenth of its CPU (docs/performance.md, "Thirteenth round"),
-    so from ``UNNEST_FROM_ROWS`` rows on it is one statement over ``unnest(…)`` of one array
-    for each parameter, in binary: psycopg escapes a text array's elements one character at a
-    time (a 17 KB document took milliseconds)."""
+    would cost the ingest writer about a tenth of its CPU, so from ``UNNEST_FROM_ROWS`` rows on
+    it is one statement over ``unnest(…)`` of one array for each parameter, in binary: psycopg
+    escapes a text array's elements one character at a time (a 17 KB document took
+    milliseconds)."""
 
     def __init__(
         self,

@@ -1,19 +1,18 @@
 """Identifiers of stored rows: time-ordered UUIDs (version 7, RFC 9562).
 
 A random (version 4) key lands on a random page of every index that holds it, so each receipt
-of a batch dirtied pages of its own in the primary keys and the receipt-id indexes of
+of a batch would dirty pages of its own in the primary keys and the receipt-id indexes of
 ``receipts``, ``receipt_grants`` and ``card_payments``. A version 7 key starts with the time in
-milliseconds, so the keys of a batch go to the same last pages: the ingest writer spent 12 %
-less CPU on SQLite (docs/performance.md, "Time-ordered row ids"). The 74 random bits keep the
-ids unguessable; they reveal when the row was made, which every reader of it sees anyway.
+milliseconds, so the keys of a batch go to the same last pages, which saves about 12 % of the
+ingest writer's CPU on SQLite (``bench/write_batch.py``). The 74 random bits keep the ids
+unguessable; they reveal when the row was made, which every reader of it sees anyway.
 
 Python 3.14 has ``uuid.uuid7``; until kuitti requires it, this is the RFC's layout.
 
 The random bits come from ``os.urandom`` read 4 KB at a time (``random_bytes``): each call
 releases the interpreter's lock around its system call, and the process's other thread (the
-event loop, or the ingest writer) takes it: a stored receipt's three ids and each request's id
-(``kuitti.middleware``) were as many hand-overs of the lock (docs/performance.md, "Eleventh
-round").
+event loop, or the ingest writer) takes it: read one at a time, a stored receipt's three ids
+and each request's id (``kuitti.middleware``) would be as many hand-overs of the lock.
 """
 
 from __future__ import annotations

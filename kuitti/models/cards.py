@@ -128,8 +128,8 @@ class CardPaymentRecord(Base):
     __table_args__ = (
         # Transaction → waiting payments: MID and amount (or pre-authorised amount), time range.
         Index("ix_card_payments_lookup", "merchant_id", "amount", "pan_last4", "paid_at"),
-        # Only pre-authorised payments (a fuel pump, a hotel): an entry for every payment landed
-        # on a leaf page of its own, one more page written per receipt (docs/performance.md).
+        # Only pre-authorised payments (a fuel pump, a hotel): an entry for every payment would
+        # land on a leaf page of its own, one more page written per receipt.
         Index(
             "ix_card_payments_preauth",
             "merchant_id",
@@ -191,7 +191,7 @@ class CardMatchingQueue(Base):
 
     A queue of its own, not ``settle_at`` = now: the receipt's transaction then adds one entry at
     the end of one small table instead of entries in both re-check indexes, whose pages are
-    spread by merchant id (docs/performance.md, "Sixteenth round"). Payment ids are
+    spread by merchant id, a page written for nearly every receipt. Payment ids are
     time-ordered, so the key is the arrival order (on SQLite the table is its key's B-tree and
     nothing else). No foreign key: a payment row is never deleted, and SQLite would look the
     payment up for every entry."""

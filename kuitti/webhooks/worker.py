@@ -65,15 +65,17 @@ from kuitti.services import Services
 from kuitti.webhooks.signing import InvalidWebhookKey, webhook_headers
 from kuitti.webhooks.ssrf import TargetGuard, TargetRefused
 
-# Chosen with bench/webhooks.py when the sender used httpx, whose pool slowed down sharply past
-# a few dozen concurrent requests; not re-measured with aiohttp (docs/performance.md).
+# Calls in flight, in all and to one partner (a slow partner cannot hold up the others). The
+# benchmark's receivers answer at once, so it rarely reaches them (docs/performance.md,
+# "Webhooks").
 MAX_IN_FLIGHT = 32
 MAX_IN_FLIGHT_PER_PARTNER = 8
 CLAIM_BATCH = MAX_IN_FLIGHT
 LEASE_MARGIN_SECONDS = 30.0
 POLL_SECONDS = 0.25
-# How long a wake-up waits for more events before claiming, when there is no backlog
-# (docs/performance.md, "Webhooks": lag against CPU per delivery).
+# How long a wake-up waits for more events before claiming, when there is no backlog: at most
+# this much lag, for one claim and one outcome transaction shared by the window's deliveries
+# (docs/performance.md, "Webhooks").
 BATCH_WINDOW_SECONDS = 0.02
 DB_RETRY_MAX_SECONDS = 5.0
 RESPONSE_BODY_LIMIT_BYTES = 64 * 1024
@@ -543,8 +545,8 @@ def _outcome_rows(
 def _write_outcomes(session: Session, rows: _OutcomeRows) -> None:
     """The attempts' rows, and each delivery moved on while its lease still holds (a lease
     that ran out meanwhile belongs to whoever took the row since: nothing is written to it).
-    On the driver, as arrays on PostgreSQL: SQLAlchemy's ``executemany`` took a fifth of the
-    worker's CPU (docs/performance.md, "Fourteenth round")."""
+    On the driver, as arrays on PostgreSQL: psycopg's ``executemany`` runs row by row through its
+    Python layer, which would be a fifth of the worker's CPU."""
     db = database_of(session)
     db.insert_rows(session, {WebhookAttempt: rows.attempts})
     db.update_rows(
