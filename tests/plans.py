@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Delete, Select, Update
+from sqlalchemy import Executable, Select, event
 
 from kuitti.db import Database
 
@@ -20,18 +20,22 @@ def explain(db: Database, statement: Select[Any], params: Mapping[str, Any]) -> 
     return _explain(db, query.sql, query.parameters(params))
 
 
-def explain_change(db: Database, statement: Delete | Update) -> str:
-    """The plan of a ``DELETE`` or ``UPDATE`` built with literal-free bound values."""
-    compiled = statement.compile(dialect=db.engine.dialect)
-    params = compiled.construct_params()
-    processors: dict[str, Any] = dict(compiled._bind_processors)
-    values: Any = {
-        name: processors[name](value) if name in processors else value
-        for name, value in params.items()
-    }
-    if compiled.positiontup is not None:
-        values = tuple(values[name] for name in compiled.positiontup)
-    return _explain(db, compiled.string, values)
+def explain_in_session(db: Database, statement: Executable) -> str:
+    """The plan of ``statement`` as a session sends it (its SQL and values caught at the
+    driver, expanded ``IN`` lists included), explained as ``explain`` does."""
+    sent: list[tuple[str, Any]] = []
+
+    def catch(_conn: object, _cursor: object, sql: str, values: Any, *_args: object) -> None:
+        sent.append((sql, values))
+
+    event.listen(db.engine, "before_cursor_execute", catch)
+    try:
+        with db.session(write=False) as session:
+            session.execute(statement).all()
+    finally:
+        event.remove(db.engine, "before_cursor_execute", catch)
+    [(sql, values)] = [(sql, values) for sql, values in sent if sql.lstrip().startswith("SELECT")]
+    return _explain(db, sql, values)
 
 
 def _explain(db: Database, sql: str, values: Any) -> str:
