@@ -27,10 +27,13 @@ ANALYSIS_LIMIT = 1000
 
 
 def upgrade(db: Database) -> None:
-    config = alembic_config(db.url)
-    with db.engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    """Migrate to the newest revision, then refresh SQLite's statistics. A database already
+    there is only checked: Alembic's environment (which imports every model) is not loaded."""
+    if not schema_is_current(db):
+        config = alembic_config(db.url)
+        with db.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
     refresh_statistics(db)
 
 
