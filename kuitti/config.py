@@ -77,6 +77,22 @@ class Settings(BaseSettings):
     sandbox_retention_days: int = Field(
         7, gt=0, description="Days a sandbox partner's receipt is kept before it is deleted."
     )
+    # Retention of what the service keeps only for a while (kuitti.housekeeping).
+    webhook_retention_days: int = Field(
+        30,
+        gt=0,
+        description="Days a delivered or failed webhook delivery and its attempts are kept after "
+        "the last attempt (the log and replays of `kuitti webhooks`).",
+    )
+    mail_retention_days: int = Field(
+        30, gt=0, description="Days a sent or failed e-mail is kept after its last attempt."
+    )
+    idempotency_retention_days: int = Field(
+        7,
+        gt=0,
+        description="Days an Idempotency-Key's first answer is replayed; after that the key may "
+        "be used again.",
+    )
 
     @field_validator("webhook_retry_schedule", mode="before")
     @classmethod

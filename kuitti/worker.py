@@ -19,6 +19,7 @@ import uvloop
 
 from kuitti.cards.settler import run_settler
 from kuitti.delivery.mail import send_due_mail
+from kuitti.housekeeping import run_housekeeping
 from kuitti.logs import configure_logging, log
 from kuitti.receipts.sandbox import purge_sandbox_receipts
 from kuitti.services import Services
@@ -58,8 +59,8 @@ async def run_worker(
     wall_time: WallTime = time.time,
     poll_seconds: float = POLL_SECONDS,
 ) -> None:
-    """Run until ``stop`` is set: webhooks, e-mail, the card-linking re-check and the sandbox
-    clean-up side by side.
+    """Run until ``stop`` is set: webhooks, e-mail, the card-linking re-check, the sandbox
+    clean-up and the housekeeping (``kuitti.housekeeping``) side by side.
 
     ``poll_seconds`` bounds how long a retry that fell due, or an event queued by another
     process without PostgreSQL's NOTIFY (SQLite), waits to be noticed."""
@@ -70,6 +71,7 @@ async def run_worker(
     if settle:
         steps.append(run_settler(services, stop))
     steps.append(run_sandbox_purge(services, stop))
+    steps.append(run_housekeeping(services, stop))
     helpers = [asyncio.create_task(step) for step in steps]
     try:
         async with WEBHOOKS.watching(services.db) as wake:

@@ -198,6 +198,34 @@ def test_db_upgrade_is_idempotent(services: Services) -> None:
     assert "newest revision" in result.output
 
 
+def test_db_upgrade_imports_neither_the_application_nor_alembics_environment(
+    services: Services,
+) -> None:
+    """A no-op upgrade checks the revision: the web app, the worker, PDF rendering and the
+    models (which Alembic's environment imports) took seconds to import, every deploy."""
+    code = (
+        "import sys; from typer.testing import CliRunner; from kuitti.cli import app; "
+        "result = CliRunner().invoke(app, ['db', 'upgrade']); "
+        "assert result.exit_code == 0, result.output; "
+        "print(sorted(m for m in sys.modules if m.startswith(('kuitti', 'fastapi', 'uvicorn', "
+        "'reportlab'))))"
+    )
+    env = {**os.environ, "KUITTI_DATABASE_URL": services.settings.database_url or ""}
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout
+    assert "'kuitti.dbmigrate'" in loaded
+    for module in (
+        "fastapi",
+        "uvicorn",
+        "reportlab",
+        "kuitti.app",
+        "kuitti.worker",
+        "kuitti.models",
+    ):
+        assert f"'{module}'" not in loaded, module
+
+
 def test_invalid_settings_name_the_variable(services: Services) -> None:
     result = run(services, "partner", "list", KUITTI_MAX_BODY_BYTES="lots")
     assert result.exit_code == 2

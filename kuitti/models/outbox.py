@@ -101,7 +101,8 @@ class MailMessage(OutboxRow, Base):
     subject: Mapped[str | None] = mapped_column(String(500))
     text_body: Mapped[str | None] = mapped_column(Text)
     html_body: Mapped[str | None] = mapped_column(Text)
-    receipt_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("receipts.id"))
+    # Indexed: deleting a receipt checks its foreign key here.
+    receipt_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("receipts.id"), index=True)
     receipt_link: Mapped[str | None] = mapped_column(Text)
     # A sandbox receipt's e-mail: always written as an .eml file, never handed to SMTP.
     sandbox: Mapped[bool] = mapped_column(default=False)

@@ -120,6 +120,8 @@ class ReceiptDelivery(Base):
     __tablename__ = "receipt_deliveries"
     __table_args__ = (
         Index("ix_receipt_deliveries_listing", "user_id", "receipt_time", "receipt_id"),
+        # The primary key leads with the user: deleting a receipt checks its foreign key here.
+        Index("ix_receipt_deliveries_receipt", "receipt_id"),
     )
 
     user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id"), primary_key=True)
@@ -133,6 +135,8 @@ class IdempotencyRecord(Base):
     """The first response to an ``Idempotency-Key``, replayed for the same key and body."""
 
     __tablename__ = "idempotency_records"
+    # The retention's range (KUITTI_IDEMPOTENCY_RETENTION_DAYS, kuitti.housekeeping).
+    __table_args__ = (Index("ix_idempotency_records_created", "created_at"),)
 
     partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), primary_key=True)
     key: Mapped[str] = mapped_column(String(255), primary_key=True)

@@ -35,6 +35,7 @@ from sqlalchemy import (
     exists,
     or_,
     select,
+    tuple_,
 )
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
@@ -244,13 +245,16 @@ def _page_query(kind: str, since: bool, after: bool) -> Select[*tuple[Any, ...]]
     if since:
         keys = keys.where(index.receipt_time >= bindparam("since"))
     if after:
+        # A row comparison, not ``time < t OR (time = t AND id < i)``: both databases take it as
+        # the end of the listing index's range, so a deep page reads only its own rows. Written
+        # with OR, the index condition was the owner alone and every newer row was read and
+        # filtered out (521 ms at a depth of 239k receipts on PostgreSQL, 0.16 ms as a range).
+        # tests/receipts/test_list_plans.py holds both databases to it.
         keys = keys.where(
-            or_(
-                index.receipt_time < bindparam("after_time"),
-                and_(
-                    index.receipt_time == bindparam("after_time"),
-                    index.receipt_id < bindparam("after_id"),
-                ),
+            tuple_(index.receipt_time, index.receipt_id)
+            < tuple_(
+                bindparam("after_time", type_=index.receipt_time.type),
+                bindparam("after_id", type_=index.receipt_id.type),
             )
         )
     page_keys = (

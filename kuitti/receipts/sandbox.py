@@ -10,9 +10,10 @@ receipts, found through an index that holds only them.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Select, delete, select, text, update
 from sqlalchemy.orm import Session
 
 from kuitti.models import (
@@ -28,6 +29,22 @@ from kuitti.models import (
 from kuitti.services import Services
 
 PURGE_BATCH = 500
+# The partial index's own predicate (``ix_receipts_sandbox_created``: ``WHERE sandbox``). Each
+# database uses such an index only for a WHERE it sees implies the predicate, and neither sees
+# it in what SQLAlchemy writes for a boolean (``sandbox IS true`` on PostgreSQL, ``sandbox = 1``
+# on SQLite): both then read every receipt, 1.8 s a batch at two million stored.
+_SANDBOX_ONLY = text("receipts.sandbox")
+
+
+def expired_sandbox_receipts(cutoff: datetime, limit: int) -> Select[uuid.UUID]:
+    """The oldest ``limit`` sandbox receipts created before ``cutoff``: a range of the index
+    that holds only sandbox receipts."""
+    return (
+        select(Receipt.id)
+        .where(_SANDBOX_ONLY, Receipt.created_at < cutoff)
+        .order_by(Receipt.created_at)
+        .limit(limit)
+    )
 
 
 def purge_batch(
@@ -35,14 +52,7 @@ def purge_batch(
 ) -> int:
     """Delete up to ``limit`` sandbox receipts created before the retention window; how many."""
     cutoff = now - timedelta(days=retention_days)
-    ids = list(
-        session.scalars(
-            select(Receipt.id)
-            .where(Receipt.sandbox.is_(True), Receipt.created_at < cutoff)
-            .order_by(Receipt.created_at)
-            .limit(limit)
-        )
-    )
+    ids = list(session.scalars(expired_sandbox_receipts(cutoff, limit)))
     if not ids:
         return 0
     # A (sandbox) return names its original: the link goes with whichever is deleted first.

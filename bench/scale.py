@@ -1,0 +1,339 @@
+"""Scale comparison: kuitti against a small database and a full one (``bench/fill.py``), in turns.
+
+Two databases of the same shape: a small one (``--small`` receipts, 20,000 by default) and a full
+one (``--receipts``, two million by default, or one filled before: ``--full URL --full-keys
+JSON``). A kuitti server (``--workers`` processes, no in-process worker) runs on each, and
+every case is measured against both in turns, ``--rounds`` times, one ``--seconds`` slice of
+``wrk`` with ``--clients`` connections each:
+
+- ``post card``: a receipt paid by card, no token (``bench/ingest.py``'s realistic receipts);
+- ``post RECEIPT_ID``: the same with a ``RECEIPT_ID`` token, a new identifier each post;
+- ``post Idempotency-Key``: the card receipt with a new ``Idempotency-Key`` each post;
+- ``list depth 0``: the first page of 50 of the largest merchant ("Bench Market");
+- ``list deep``: its page after a cursor ``--depth`` receipts deep (on the small database, 90 %
+  of its depth, which is all it has);
+- ``delete``: not over HTTP: ``kuitti.receipts.sandbox.purge_batch`` (the sandbox clean-up's
+  own statements) run in this process on the database, ``--delete-batches`` batches of 500
+  sandbox receipts past their retention; receipts deleted per second, and the slowest batch.
+
+The answer is each case's rate and p99 on both, and full ÷ small. The machine's two cores are
+shared (other work may be running): a ratio from slices in turns is what to read, not a rate.
+Both databases' shapes are ``bench/fill.py``'s; the small one gets a quarter of its receipts as
+sandbox receipts (``--small-sandbox-share``), so it has as many to delete in every turn.
+
+    .venv/bin/python bench/scale.py --database postgresql --receipts 2000000
+    .venv/bin/python bench/scale.py --database postgresql \\
+        --full postgresql://kuitti:kuitti@127.0.0.1:5432/kuitti_full --full-keys full.json
+    .venv/bin/python bench/scale.py --database sqlite --full /tmp/full.db --full-keys full.json \\
+        --only list,delete
+
+A full database given with ``--full`` gains the receipts posted and loses the receipts deleted
+in each run; fill it again (``bench/fill.py``) when it runs out of sandbox receipts.
+PostgreSQL databases made by the bench come from KUITTI_TEST_POSTGRES_URL (default
+postgresql://kuitti:kuitti@127.0.0.1:5432/postgres) and are dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ingest import (  # noqa: E402  (bench/ is the script's own directory)
+    LATENCY_DONE,
+    PG_ADMIN_URL,
+    WrkRun,
+    free_port,
+    kuitti_command,
+    merged_percentile,
+    realistic_receipt,
+    run_wrk,
+    running,
+)
+from sqlalchemy import func, select  # noqa: E402
+
+from kuitti.asgi import RUN_WORKER_ENV  # noqa: E402
+from kuitti.db import Database  # noqa: E402
+from kuitti.models import Partner, ReceiptGrant  # noqa: E402
+from kuitti.receipts.readers import encode_cursor  # noqa: E402
+from kuitti.receipts.sandbox import PURGE_BATCH, purge_batch  # noqa: E402
+
+CASES = ("post card", "post RECEIPT_ID", "post Idempotency-Key", "list depth 0", "list deep")
+
+
+@dataclass
+class Instance:
+    """One database and the kuitti server on it."""
+
+    label: str
+    url: str
+    keys: dict[str, Any]
+    url_base: str = ""
+    cursor: str = ""
+    depth: int = 0
+
+
+def sqlalchemy_url(url: str) -> str:
+    if url.startswith("postgresql://"):
+        return "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    return url
+
+
+@contextmanager
+def new_database(kind: str, workdir: Path, name: str) -> Iterator[str]:
+    if kind == "sqlite":
+        yield f"sqlite:///{workdir / f'{name}.db'}"
+        return
+    database = f"kuitti_scale_{name}_{secrets.token_hex(3)}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{database}"')
+    try:
+        yield f"{PG_ADMIN_URL.rpartition('/')[0]}/{database}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+def filled(
+    url: str, receipts: int, keys: Path, sandbox_share: float | None = None
+) -> dict[str, Any]:
+    command = [sys.executable, str(ROOT / "bench" / "fill.py"), url, "--receipts", str(receipts)]
+    command += ["--keys", str(keys)]
+    if sandbox_share is not None:
+        command += ["--sandbox-share", str(sandbox_share)]
+    began = time.monotonic()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    print(f"  filled {receipts:,} receipts in {time.monotonic() - began:.0f} s", flush=True)
+    summary: dict[str, Any] = json.loads(keys.read_text())
+    return summary
+
+
+def deep_cursor(instance: Instance, depth: int) -> tuple[str, int]:
+    """The cursor of the largest merchant's page ``depth`` receipts deep (or 90 % of what it
+    has, if less), and that depth."""
+    db = Database(sqlalchemy_url(instance.url))
+    try:
+        with db.session(write=False) as session:
+            partner = session.scalar(select(Partner.id).where(Partner.name == "Bench Market"))
+            newest_first = (
+                select(ReceiptGrant.receipt_time, ReceiptGrant.receipt_id)
+                .where(ReceiptGrant.partner_id == partner)
+                .order_by(ReceiptGrant.receipt_time.desc(), ReceiptGrant.receipt_id.desc())
+            )
+            count = session.scalar(select(func.count()).where(ReceiptGrant.partner_id == partner))
+            assert count is not None
+            depth = min(depth, int(count * 0.9))
+            moment, receipt_id = session.execute(newest_first.offset(depth).limit(1)).one()
+    finally:
+        db.engine.dispose()
+    return encode_cursor(moment, str(receipt_id)), depth
+
+
+def post_script(path: Path, api_key: str, kind: str, namespace: str, count: int = 200) -> None:
+    """A wrk script posting ``count`` realistic card receipts in turn; for ``RECEIPT_ID`` and
+    ``Idempotency-Key`` each post gets an identifier or key no post had (per run, thread and
+    request)."""
+    rng = random.Random(44)
+    heads, tails = [], []
+    for number in range(count):
+        doc = realistic_receipt(rng, number, 0)
+        body: Any = doc
+        if kind == "post RECEIPT_ID":
+            token = {"type": "RECEIPT_ID", "namespace": namespace, "value": "@@ID@@"}
+            body = {"attributes": {"tokens": [token]}, "receipt": doc}
+        head, _, tail = orjson.dumps(body).decode().partition("@@ID@@")
+        heads.append(head)
+        tails.append(tail)
+    run = secrets.token_hex(4)
+    unique = "prefix .. run .. '-' .. tid .. '-' .. counter"
+    path.write_text(
+        f"""
+local heads = {lua_list(heads)}
+local tails = {lua_list(tails)}
+local n = #heads
+local i = 0
+local counter = 0
+local prefix = "bench-"
+local run = "{run}"
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+wrk.method = "POST"
+request = function()
+  i = i % n + 1
+  counter = counter + 1
+  local headers = {{["Content-Type"] = "application/json", Authorization = "Token {api_key}"}}
+  {'headers["Idempotency-Key"] = ' + unique if kind == "post Idempotency-Key" else ""}
+  local body = heads[i]
+  if tails[i] ~= "" or {str(kind == "post RECEIPT_ID").lower()} then
+    body = heads[i] .. {unique if kind == "post RECEIPT_ID" else '""'} .. tails[i]
+  end
+  return wrk.format(nil, nil, headers, body)
+end
+{LATENCY_DONE}"""
+    )
+
+
+def lua_list(texts: list[str]) -> str:
+    """A Lua table of strings (JSON's string escapes are Lua's too; the text stays UTF-8)."""
+    return "{" + ",\n".join(json.dumps(text, ensure_ascii=False) for text in texts) + "}"
+
+
+def get_script(path: Path, api_key: str, query: str) -> None:
+    path.write_text(
+        f"""
+wrk.method = "GET"
+wrk.path = "/api/v1/receipts/{query}"
+wrk.headers["Authorization"] = "Token {api_key}"
+{LATENCY_DONE}"""
+    )
+
+
+def delete_turn(instance: Instance, batches: int) -> tuple[float, float, int]:
+    """Receipts deleted per second over ``batches`` purge batches, the slowest batch in ms, and
+    how many were deleted."""
+    db = Database(sqlalchemy_url(instance.url))
+    now = datetime.fromisoformat(instance.keys["until"])
+    deleted, slowest, began = 0, 0.0, time.perf_counter()
+    try:
+        for _ in range(batches):
+            start = time.perf_counter()
+            with db.session() as session:
+                count = purge_batch(session, now=now, retention_days=7, limit=PURGE_BATCH)
+            slowest = max(slowest, time.perf_counter() - start)
+            deleted += count
+            if count < PURGE_BATCH:
+                break
+    finally:
+        db.engine.dispose()
+    seconds = time.perf_counter() - began
+    return (deleted / seconds if deleted else 0.0), slowest * 1000, deleted
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="postgresql")
+    parser.add_argument("--receipts", type=int, default=2_000_000)
+    parser.add_argument("--small", type=int, default=20_000)
+    parser.add_argument("--small-sandbox-share", type=float, default=0.25)
+    parser.add_argument("--full", help="a database bench/fill.py filled (URL or SQLite path)")
+    parser.add_argument("--full-keys", type=Path, help="its --keys summary")
+    parser.add_argument("--depth", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--delete-batches", type=int, default=2)
+    parser.add_argument("--only", default="post,list,delete", help="post, list, delete")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    cases = [c for c in CASES if c.split()[0] in only]
+
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        workdir = Path(tmp)
+        small = Instance(
+            "small", stack.enter_context(new_database(args.database, workdir, "small")), {}
+        )
+        small.keys = filled(small.url, args.small, workdir / "small.json", args.small_sandbox_share)
+        if args.full:
+            full_url = args.full if "://" in args.full else f"sqlite:///{args.full}"
+            full = Instance("full", full_url, json.loads(args.full_keys.read_text()))
+        else:
+            full = Instance(
+                "full", stack.enter_context(new_database(args.database, workdir, "full")), {}
+            )
+            full.keys = filled(full.url, args.receipts, workdir / "full.json")
+        instances = [small, full]
+        for instance in instances:
+            instance.cursor, instance.depth = deep_cursor(instance, args.depth)
+            port = free_port()
+            env = {
+                **os.environ,
+                "PYTHONPATH": str(ROOT),
+                "KUITTI_DATABASE_URL": instance.url,
+                "KUITTI_VAR_DIR": str(workdir / f"var-{instance.label}"),
+                "KUITTI_SECRET_KEY": "bench-scale-secret",
+                "KUITTI_LOG_LEVEL": "WARNING",
+                RUN_WORKER_ENV: "0",
+            }
+            command = kuitti_command(port, args.workers, "")
+            log = workdir / f"{instance.label}.log"
+            stack.enter_context(running(command, env, f"http://127.0.0.1:{port}/healthz", log))
+            instance.url_base = f"http://127.0.0.1:{port}"
+        print(
+            f"{args.database}: small {small.keys['receipts']:,} receipts (deep = {small.depth:,}),"
+            f" full {full.keys['receipts']:,} (deep = {full.depth:,}); {args.workers} processes,"
+            f" {args.clients} clients, {args.seconds} s slices, {args.rounds} rounds in turns",
+            flush=True,
+        )
+        runs: dict[tuple[str, str], list[WrkRun]] = {}
+        deletes: dict[str, list[tuple[float, float, int]]] = {"small": [], "full": []}
+        for round_number in range(args.rounds):
+            for case in cases:
+                for instance in instances:
+                    merchant = instance.keys["merchants"][0]
+                    script = (
+                        workdir / f"{instance.label}-{round_number}-{case.replace(' ', '_')}.lua"
+                    )
+                    if case.startswith("post"):
+                        post_script(script, merchant["api_key"], case, merchant["namespace"])
+                        target = f"{instance.url_base}/api/v1/receipts/"
+                    else:
+                        query = "?limit=50" + (
+                            f"&cursor={instance.cursor}" if case == "list deep" else ""
+                        )
+                        get_script(script, merchant["api_key"], query)
+                        target = instance.url_base
+                    run = run_wrk(target, script, args.clients, args.seconds)
+                    runs.setdefault((case, instance.label), []).append(run)
+                    print(f"  round {round_number + 1} {case:<22} {instance.label:<5}"
+                          f" {run.requests_per_second:>7.0f}/s  p99 {run.p99_ms:>7.1f} ms"
+                          f"  non-2xx {run.non_2xx}", flush=True)  # fmt: skip
+            if "delete" in only:
+                for instance in instances:
+                    rate, slowest, count = delete_turn(instance, args.delete_batches)
+                    deletes[instance.label].append((rate, slowest, count))
+                    print(f"  round {round_number + 1} {'delete':<22} {instance.label:<5}"
+                          f" {rate:>7.0f}/s  slowest batch {slowest:.0f} ms ({count} receipts)",
+                          flush=True)  # fmt: skip
+        print("\ncase                    small /s  p99 ms    full /s  p99 ms   rate ÷   p99 ×")
+        for case in cases:
+            a, b = runs[(case, "small")], runs[(case, "full")]
+            rate_a = sum(r.requests for r in a) / (args.seconds * len(a))
+            rate_b = sum(r.requests for r in b) / (args.seconds * len(b))
+            p99_a, p99_b = merged_percentile(a, 99.0), merged_percentile(b, 99.0)
+            errors = sum(r.non_2xx for r in a + b)
+            print(f"{case:<22} {rate_a:>9.0f} {p99_a:>7.1f} {rate_b:>10.0f} {p99_b:>7.1f}"
+                  f" {rate_b / rate_a:>8.2f} {p99_b / p99_a:>7.2f}"
+                  + (f"  non-2xx {errors}" if errors else ""))  # fmt: skip
+        if "delete" in only and deletes["small"] and deletes["full"]:
+            a_rate = sum(r for r, _, _ in deletes["small"]) / len(deletes["small"])
+            b_rate = sum(r for r, _, _ in deletes["full"]) / len(deletes["full"])
+            a_slow = max(s for _, s, _ in deletes["small"])
+            b_slow = max(s for _, s, _ in deletes["full"])
+            print(f"{'delete (slowest batch)':<22} {a_rate:>9.0f} {a_slow:>7.0f} {b_rate:>10.0f}"
+                  f" {b_slow:>7.0f} {b_rate / a_rate:>8.2f} {b_slow / a_slow:>7.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
