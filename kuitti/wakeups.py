@@ -16,7 +16,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 
 import psycopg
-from sqlalchemy import event, make_url
+from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from kuitti.db import Database, database_of
@@ -88,7 +88,7 @@ class CommitWakeup:
 
     async def _listen(self, db: Database, wake: asyncio.Event) -> None:
         """Set ``wake`` on every ``NOTIFY``; reconnect when the database returns."""
-        dsn = make_url(db.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        dsn = db.listen_conninfo
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:

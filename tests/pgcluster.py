@@ -1,0 +1,167 @@
+"""A PostgreSQL cluster of a test's own: made with ``initdb`` in a temporary directory, on a port
+of its own, which a test may kill, restart or make read-only, and which is torn down at the end.
+
+PostgreSQL 15's binaries are Debian's (``/usr/lib/postgresql/15/bin``). ``initdb`` and the
+server refuse to run as root, so as root they run as the ``postgres`` user (``runuser``).
+The role ``kuitti`` is the cluster's superuser, trusted on loopback: no password.
+
+``fsync`` is off: a killed server process (SIGKILL) loses nothing the kernel was given, which is
+what the tests crash; only a machine's power loss would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.conftest import free_port
+
+PG_BIN = Path(os.environ.get("KUITTI_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
+ROLE = "kuitti"
+DATABASE = "kuitti"
+START_TIMEOUT_SECONDS = 60
+
+
+def _as_postgres(args: list[str]) -> list[str]:
+    """``args`` run as the ``postgres`` user when this process is root."""
+    return ["runuser", "-u", "postgres", "--", *args] if os.getuid() == 0 else args
+
+
+class PgCluster:
+    """One cluster in ``directory``: ``start``, ``kill``, ``url``; ``stop`` and ``remove`` at
+    the end."""
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.directory = directory
+        self.data = directory / "data"
+        self.port = port or free_port()
+        self.log = directory / "server.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The URL of the cluster's ``kuitti`` database, as an operator writes it."""
+        return self.url_of(self.port)
+
+    @staticmethod
+    def url_of(*ports: int, database: str = DATABASE) -> str:
+        """The URL of ``database`` on loopback at ``ports``: several hosts, libpq's multi-host
+        form, when there are several."""
+        hosts = ",".join(f"127.0.0.1:{port}" for port in ports)
+        return f"postgresql://{ROLE}@{hosts}/{database}"
+
+    def init(self) -> None:
+        initdb = [str(PG_BIN / "initdb"), "-D", str(self.data), "-U", ROLE, "-A", "trust"]
+        self._run([*initdb, "-N", "--locale=C.UTF-8", "-E", "UTF8"])
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write(
+                f"port = {self.port}\n"
+                "listen_addresses = '127.0.0.1'\n"
+                f"unix_socket_directories = '{self.directory}'\n"
+                "fsync = off\n"
+                "max_connections = 100\n"
+            )
+
+    def start(self) -> None:
+        """Start the server and wait until it takes connections. It runs as a child of this
+        process (not through ``pg_ctl``, whose server is nobody's child): a container's first
+        process may never reap a killed server, whose PID then blocks the next start."""
+        with self.log.open("ab") as sink:
+            self.process = subprocess.Popen(
+                _as_postgres([str(PG_BIN / "postgres"), "-D", str(self.data)]),
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"postgres did not start:\n{self.log.read_text()}")
+            try:
+                psycopg.connect(self.url_of(self.port, database="postgres")).close()
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.02)  # polling a starting server, not timing a result
+
+    def stop(self) -> None:
+        """Shut the server down at once (SIGQUIT: PostgreSQL's immediate shutdown)."""
+        if self.process is not None and self.process.poll() is None:
+            postmaster = self._postmaster()
+            if postmaster is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(postmaster, signal.SIGQUIT)
+            self.process.wait(timeout=START_TIMEOUT_SECONDS)
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL the server and every process of it at once, as a crashed machine would
+        leave it: no shutdown, no checkpoint."""
+        postmaster = self._postmaster()
+        assert postmaster is not None
+        assert self.process is not None
+        for pid in [postmaster, *_children(postmaster)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.wait(timeout=START_TIMEOUT_SECONDS)
+        self.process = None
+
+    def _postmaster(self) -> int | None:
+        pid_file = self.data / "postmaster.pid"
+        return int(pid_file.read_text().split()[0]) if pid_file.exists() else None
+
+    def sql(self, statement: str, *, database: str = DATABASE) -> None:
+        """Run one statement as the superuser, in autocommit."""
+        url = self.url_of(self.port, database=database)
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(statement.encode())
+
+    def create_database(self) -> None:
+        self.sql(f'CREATE DATABASE "{DATABASE}"', database="postgres")
+
+    def _run(self, args: list[str]) -> None:
+        done = subprocess.run(_as_postgres(args), capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            log = self.log.read_text() if self.log.exists() else ""
+            raise RuntimeError(f"{args[0]} failed:\n{done.stdout}{done.stderr}\n{log}")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@contextlib.contextmanager
+def pg_cluster() -> Iterator[PgCluster]:
+    """A started cluster with an empty ``kuitti`` database; stopped and removed at the end."""
+    if not (PG_BIN / "initdb").exists():
+        pytest.skip(f"needs PostgreSQL's initdb in {PG_BIN}")
+    directory = Path(tempfile.mkdtemp(prefix="kuitti-pg-"))
+    if os.getuid() == 0:
+        shutil.chown(directory, "postgres", "postgres")
+    cluster = PgCluster(directory)
+    try:
+        cluster.init()
+        cluster.start()
+        cluster.create_database()
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)
