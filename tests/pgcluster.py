@@ -165,3 +165,55 @@ def pg_cluster() -> Iterator[PgCluster]:
     finally:
         cluster.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+PGBOUNCER = Path(os.environ.get("KUITTI_TEST_PGBOUNCER", "/usr/sbin/pgbouncer"))
+
+
+@contextlib.contextmanager
+def pgbouncer(cluster: PgCluster, *, pool_mode: str = "transaction") -> Iterator[int]:
+    """PgBouncer in front of ``cluster``'s ``kuitti`` database, in ``pool_mode``, on a port of
+    its own (yielded); stopped at the end. Clients log in as ``kuitti`` without a password."""
+    if not PGBOUNCER.exists():
+        pytest.skip(f"needs PgBouncer at {PGBOUNCER} (scripts/system-deps installs it)")
+    port = free_port()
+    directory = cluster.directory
+    (directory / "pgbouncer-users.txt").write_text(f'"{ROLE}" ""\n')
+    config = directory / "pgbouncer.ini"
+    config.write_text(
+        "[databases]\n"
+        f"{DATABASE} = host=127.0.0.1 port={cluster.port} dbname={DATABASE} user={ROLE}\n"
+        "[pgbouncer]\n"
+        "listen_addr = 127.0.0.1\n"
+        f"listen_port = {port}\n"
+        f"unix_socket_dir = {directory}\n"
+        "auth_type = trust\n"
+        f"auth_file = {directory / 'pgbouncer-users.txt'}\n"
+        f"pool_mode = {pool_mode}\n"
+        "default_pool_size = 10\n"
+        "max_client_conn = 200\n"
+        f"logfile = {directory / 'pgbouncer.log'}\n"
+    )
+    if os.getuid() == 0:
+        for path in (config, directory / "pgbouncer-users.txt"):
+            shutil.chown(path, "postgres", "postgres")
+    process = subprocess.Popen(
+        _as_postgres([str(PGBOUNCER), str(config)]),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while True:
+            assert process.poll() is None, "pgbouncer did not start"
+            try:
+                psycopg.connect(PgCluster.url_of(port)).close()
+                break
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.02)  # polling a starting pooler, not timing a result
+        yield port
+    finally:
+        process.terminate()  # SIGTERM through runuser: PgBouncer's immediate shutdown
+        process.wait(timeout=START_TIMEOUT_SECONDS)
