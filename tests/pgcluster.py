@@ -120,6 +120,45 @@ class PgCluster:
         pid_file = self.data / "postmaster.pid"
         return int(pid_file.read_text().split()[0]) if pid_file.exists() else None
 
+    def make_standby(self, directory: Path, *, name: str = "standby1") -> PgCluster:
+        """A streaming standby of this (running) cluster in ``directory``, from
+        ``pg_basebackup``, known to the primary as ``name`` (``synchronous_standby_names``);
+        not started."""
+        standby = PgCluster(directory)
+        backup = [str(PG_BIN / "pg_basebackup"), "-D", str(standby.data), "-U", ROLE]
+        source = ["-h", "127.0.0.1", "-p", str(self.port)]
+        self._run([*backup, *source, "-X", "stream", "-R", "--no-sync", "--checkpoint=fast"])
+        with (standby.data / "postgresql.conf").open("a") as conf:
+            conf.write(f"port = {standby.port}\nunix_socket_directories = '{directory}'\n")
+        with (standby.data / "postgresql.auto.conf").open("a") as conf:
+            conf.write(
+                f"primary_conninfo = 'host=127.0.0.1 port={self.port} user={ROLE} "
+                f"application_name={name}'\n"
+            )
+        return standby
+
+    def wait_for_sync_standby(self, name: str = "standby1") -> None:
+        """Make ``name`` the synchronous standby and wait until it is: from then on a commit
+        returns only once the standby has it."""
+        self.sql(f"ALTER SYSTEM SET synchronous_standby_names = '{name}'")
+        self.sql("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        url = self.url_of(self.port, database="postgres")
+        while True:
+            with psycopg.connect(url, autocommit=True) as connection:
+                state = connection.execute(
+                    "SELECT sync_state FROM pg_stat_replication WHERE application_name = %s",
+                    (name,),
+                ).fetchone()
+            if state == ("sync",):
+                return
+            assert time.monotonic() < deadline, f"no synchronous standby {name}: {state}"
+            time.sleep(0.02)  # polling the primary's view of its standby, not timing a result
+
+    def promote(self) -> None:
+        """End a standby's recovery: it takes writes from now on (``pg_promote`` waits)."""
+        self.sql("SELECT pg_promote()", database="postgres")
+
     def sql(self, statement: str, *, database: str = DATABASE) -> None:
         """Run one statement as the superuser, in autocommit."""
         url = self.url_of(self.port, database=database)
@@ -149,22 +188,46 @@ def _children(pid: int) -> list[int]:
 
 
 @contextlib.contextmanager
+def _directory() -> Iterator[Path]:
+    """A temporary directory the server's user owns; removed at the end."""
+    directory = Path(tempfile.mkdtemp(prefix="kuitti-pg-"))
+    if os.getuid() == 0:
+        shutil.chown(directory, "postgres", "postgres")
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def pg_cluster() -> Iterator[PgCluster]:
     """A started cluster with an empty ``kuitti`` database; stopped and removed at the end."""
     if not (PG_BIN / "initdb").exists():
         pytest.skip(f"needs PostgreSQL's initdb in {PG_BIN}")
-    directory = Path(tempfile.mkdtemp(prefix="kuitti-pg-"))
-    if os.getuid() == 0:
-        shutil.chown(directory, "postgres", "postgres")
-    cluster = PgCluster(directory)
-    try:
-        cluster.init()
-        cluster.start()
-        cluster.create_database()
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+    with _directory() as directory:
+        cluster = PgCluster(directory)
+        try:
+            cluster.init()
+            cluster.start()
+            cluster.create_database()
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+@contextlib.contextmanager
+def pg_standby(primary: PgCluster, *, synchronous: bool = True) -> Iterator[PgCluster]:
+    """A started streaming standby of ``primary``, synchronous unless told otherwise; stopped
+    and removed at the end."""
+    with _directory() as directory:
+        standby = primary.make_standby(directory)
+        try:
+            standby.start()
+            if synchronous:
+                primary.wait_for_sync_standby()
+            yield standby
+        finally:
+            standby.stop()
 
 
 PGBOUNCER = Path(os.environ.get("KUITTI_TEST_PGBOUNCER", "/usr/sbin/pgbouncer"))

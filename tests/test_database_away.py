@@ -6,6 +6,7 @@ is lost. The URL names a dead host first, as a libpq multi-host URL following a 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
@@ -26,7 +27,7 @@ from kuitti.models.outbox import DeliveryStatus
 from kuitti.services import Services
 from tests.conftest import free_port, make_settings
 from tests.factories import auth, receipt_doc
-from tests.pgcluster import PgCluster, pg_cluster
+from tests.pgcluster import PgCluster, pg_cluster, pg_standby
 from tests.test_serve import KUITTI, create_merchant, start, stop, wait_ready
 from tests.webhooks.receivers import Behaviour, Receiver
 from tests.webhooks.support import delivery, queue, wait_until, webhook_partner
@@ -83,52 +84,58 @@ class Served:
     services: Services
 
 
+@contextlib.contextmanager
+def _serving(cluster: PgCluster, database_url: str, tmp: Path) -> Iterator[Served]:
+    """``kuitti db upgrade``, then ``kuitti serve`` (its worker in the process) on
+    ``database_url``, with a merchant's key; the serve log holds no traceback at the end."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "PATH": f"{Path(KUITTI).parent}:/usr/bin:/bin",
+        "KUITTI_PUBLIC_URL": f"http://127.0.0.1:{port}",
+        "KUITTI_LOG_LEVEL": "WARNING",
+        "KUITTI_DATABASE_URL": database_url,
+        "KUITTI_SECRET_KEY": "shared-by-every-instance",
+        "KUITTI_WEBHOOK_ALLOW_INSECURE": "true",
+    }
+    upgraded = subprocess.run(
+        [KUITTI, "db", "upgrade"], env=env, cwd=tmp, capture_output=True, text=True
+    )
+    assert upgraded.returncode == 0, upgraded.stderr
+    process, log = start(["--port", str(port)], env, tmp)
+    db = Database(database_url.replace("postgresql://", "postgresql+psycopg://", 1), pool_size=2)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", process, log)
+        settings = make_settings(
+            database_url,
+            tmp / "var",
+            f"http://127.0.0.1:{port}",
+            secret_key=env["KUITTI_SECRET_KEY"],  # the server's: webhook keys are sealed
+        )
+        yield Served(
+            cluster,
+            f"http://127.0.0.1:{port}",
+            env,
+            create_merchant(env, tmp),
+            Services(settings=settings, db=db, clock=SystemClock()),
+        )
+    finally:
+        stop(process)
+        db.dispose()
+        assert "Traceback" not in log.read_text(), log.read_text()
+
+
+def _url(*ports: int) -> str:
+    """A libpq multi-host URL that follows the host taking writes."""
+    return PgCluster.url_of(*ports) + "?target_session_attrs=read-write&connect_timeout=5"
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     with pg_cluster() as cluster:
         dead = free_port()  # nothing listens there: libpq goes on to the next host
-        database_url = (
-            PgCluster.url_of(dead, cluster.port) + "?target_session_attrs=read-write"
-            "&connect_timeout=5"
-        )
-        tmp = tmp_path_factory.mktemp("served")
-        port = free_port()
-        env = {
-            **os.environ,
-            "PATH": f"{Path(KUITTI).parent}:/usr/bin:/bin",
-            "KUITTI_PUBLIC_URL": f"http://127.0.0.1:{port}",
-            "KUITTI_LOG_LEVEL": "WARNING",
-            "KUITTI_DATABASE_URL": database_url,
-            "KUITTI_SECRET_KEY": "shared-by-every-instance",
-            "KUITTI_WEBHOOK_ALLOW_INSECURE": "true",
-        }
-        upgraded = subprocess.run(
-            [KUITTI, "db", "upgrade"], env=env, cwd=tmp, capture_output=True, text=True
-        )
-        assert upgraded.returncode == 0, upgraded.stderr
-        process, log = start(["--port", str(port)], env, tmp)
-        db = Database(
-            database_url.replace("postgresql://", "postgresql+psycopg://", 1), pool_size=2
-        )
-        try:
-            wait_ready(f"http://127.0.0.1:{port}", process, log)
-            settings = make_settings(
-                database_url,
-                tmp / "var",
-                f"http://127.0.0.1:{port}",
-                secret_key=env["KUITTI_SECRET_KEY"],  # the server's: webhook keys are sealed
-            )
-            yield Served(
-                cluster,
-                f"http://127.0.0.1:{port}",
-                env,
-                create_merchant(env, tmp),
-                Services(settings=settings, db=db, clock=SystemClock()),
-            )
-        finally:
-            stop(process)
-            db.dispose()
-            assert "Traceback" not in log.read_text(), log.read_text()
+        with _serving(cluster, _url(dead, cluster.port), tmp_path_factory.mktemp("s")) as served:
+            yield served
 
 
 def _posting(served: Served) -> tuple[Posts, list[threading.Thread]]:
@@ -226,3 +233,34 @@ def test_a_read_only_database_answers_503_until_it_takes_writes(served: Served) 
     _assert_only_200_and_503(answers)
     acknowledged = [a.receipt_id for a in answers if a.status == 200 and a.receipt_id]
     assert _stored(served.services, acknowledged) == len(acknowledged)
+
+
+def test_a_promoted_synchronous_standby_loses_no_acknowledged_receipt(tmp_path: Path) -> None:
+    """The primary killed under a stream of posts and its synchronous standby promoted: the
+    multi-host URL finds the new primary, no acknowledged receipt is missing, no 500."""
+    with (
+        pg_cluster() as primary,
+        pg_standby(primary, synchronous=True) as standby,
+        _serving(primary, _url(primary.port, standby.port), tmp_path) as served,
+    ):
+        posts, threads = _posting(served)
+        try:
+            wait_until(lambda: posts.count(200) >= 20, OUTAGE_TIMEOUT_SECONDS)
+            killed = time.monotonic()
+            primary.kill()
+            wait_until(lambda: posts.count(503, since=killed) >= 5, OUTAGE_TIMEOUT_SECONDS)
+            standby.promote()
+            promoted = time.monotonic()
+            wait_until(lambda: posts.count(200, since=promoted) >= 20, OUTAGE_TIMEOUT_SECONDS)
+        finally:
+            answers = _stopped(posts, threads)
+        _assert_only_200_and_503(answers)
+        acknowledged = [a.receipt_id for a in answers if a.status == 200 and a.receipt_id]
+        assert _stored(served.services, acknowledged) == len(acknowledged)
+    first_back = min(a.at for a in answers if a.status == 200 and a.at >= promoted)
+    print(  # the measured outage, for the report (pytest -s)
+        f"\npromoted: {sum(1 for a in answers if a.status == 503)} posts answered 503, "
+        f"{len(acknowledged)} acknowledged, all on the promoted standby; first 200 "
+        f"{first_back - promoted:.2f} s after the promotion "
+        f"({first_back - killed:.2f} s after the kill)"
+    )
