@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 
 from kuitti.clock import SystemClock
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.postgres_only  # a cluster of its own: run once, in the
 
 CLIENTS = 4
 RECEIPTS_EACH = 15  # past psycopg's prepare threshold (5) on every pooled connection
+LISTENER = "kuitti-listen"
 
 
 def _post_and_read(url: str, api_key: str, failures: list[str]) -> None:
@@ -55,7 +57,8 @@ def test_kuitti_serves_through_pgbouncer_in_transaction_mode(tmp_path: Path) -> 
             "KUITTI_PUBLIC_URL": url,
             "KUITTI_LOG_LEVEL": "WARNING",
             "KUITTI_DATABASE_URL": PgCluster.url_of(bouncer),
-            "KUITTI_LISTEN_DATABASE_URL": cluster.url,  # around the pooler
+            # Around the pooler, named so the test can find its connection on the server.
+            "KUITTI_LISTEN_DATABASE_URL": f"{cluster.url}?application_name={LISTENER}",
             "KUITTI_DB_PREPARED_STATEMENTS": "false",  # PgBouncer before 1.21 keeps none
             "KUITTI_SECRET_KEY": "shared-by-every-instance",
             "KUITTI_WEBHOOK_ALLOW_INSECURE": "true",
@@ -92,6 +95,13 @@ def test_kuitti_serves_through_pgbouncer_in_transaction_mode(tmp_path: Path) -> 
                     lambda: delivery(services, delivery_id).status == DeliveryStatus.DELIVERED,
                     30,
                 )
+            with psycopg.connect(cluster.url) as direct:
+                listening = direct.execute(
+                    "SELECT query FROM pg_stat_activity WHERE application_name = %s",
+                    (LISTENER,),
+                ).fetchall()
+            assert listening, "no LISTEN connection straight to PostgreSQL"
+            assert all(query.startswith("LISTEN") for (query,) in listening), listening
         finally:
             stop(process)
             db.dispose()
