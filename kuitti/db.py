@@ -657,9 +657,11 @@ class Database:
         none). Its connections are in autocommit: each read is one statement."""
         if self.is_sqlite or asyncio.get_running_loop() in self._async_pools:
             return
+        # SQLAlchemy's connect arguments (the type adapters of its dialect), then libpq's URL.
+        _args, connect = self.engine.dialect.create_connect_args(self.engine.url)
         pool = AsyncConnectionPool(
             self.conninfo,
-            kwargs={**self._connect_args, "autocommit": True},
+            kwargs={**connect, **self._connect_args, "autocommit": True},
             min_size=1,
             max_size=ASYNC_READ_CONNECTIONS,
             timeout=self.async_read_wait,
