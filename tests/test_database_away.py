@@ -182,10 +182,19 @@ def test_a_killed_database_answers_503_and_comes_back_without_a_restart(served: 
 
             killed = time.monotonic()
             served.cluster.kill()  # …when the database dies
+            endpoint.release_all()  # the partner answers 200 while the database is away
             wait_until(lambda: posts.count(503, since=killed) >= 10, OUTAGE_TIMEOUT_SECONDS)
             assert httpx.get(f"{url}/healthz").status_code == 200
             assert httpx.get(f"{url}/readyz", timeout=30).status_code == 503
-            endpoint.release_all()  # the partner answers 200 while the database is away
+            stored = next(a.receipt_id for a in posts.answers if a.receipt_id)
+            read = httpx.get(  # a read of the event loop's pool, after its 5 s wait
+                f"{url}/api/v1/receipts/{stored}/service_json/",
+                headers=auth(served.api_key),
+                timeout=30,
+            )
+            assert read.status_code == 503, read.text
+            assert read.json()["error"] == "database_unavailable"
+            assert "retry-after" in read.headers
 
             served.cluster.start()
             back = time.monotonic()
