@@ -12,6 +12,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -190,12 +192,30 @@ class Settings(BaseSettings):
 
 def _check_libpq_url(url: str) -> None:
     """A ``ValueError`` naming what libpq refuses in a PostgreSQL URL."""
-    from kuitti.db import libpq_conninfo  # the database layer, only when one is configured
-
     try:
         libpq_conninfo(url)
     except ValueError as exc:
         raise ValueError(f"not a PostgreSQL URL libpq takes: {exc}") from None
+
+
+POSTGRESQL_SCHEMES = ("postgresql+psycopg://", "postgresql://", "postgres://")
+
+
+def libpq_conninfo(url: str) -> str:
+    """The libpq connection URI of a PostgreSQL URL, as the operator wrote it (SQLAlchemy's
+    ``postgresql+psycopg://`` prefix taken off), checked by libpq's own parser: every form
+    libpq takes works, several hosts (``db1:5432,db2:5432``), ``target_session_attrs``,
+    ``sslmode`` and the rest, where SQLAlchemy's URL parser refuses several hosts. A
+    ``ValueError`` names what libpq refused, in one line."""
+    scheme = next((s for s in POSTGRESQL_SCHEMES if url.startswith(s)), None)
+    if scheme is None:
+        raise ValueError("not a postgresql:// URL")
+    conninfo = "postgresql://" + url.removeprefix(scheme)
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(str(exc).strip().splitlines()[0]) from exc
+    return conninfo
 
 
 def load_settings() -> Settings:

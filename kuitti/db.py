@@ -32,7 +32,6 @@ from typing import Any, ParamSpec, TypeVar
 
 import anyio.to_thread
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from sqlalchemy import (
     BindParameter,
@@ -63,6 +62,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from kuitti.checkpoints import WAL_AUTOCHECKPOINT_PAGES, BackgroundCheckpoints
+from kuitti.config import libpq_conninfo
 from kuitti.errors import DatabaseUnavailable
 
 P = ParamSpec("P")
@@ -275,26 +275,6 @@ def _ping_when_idle(engine: Engine, after_seconds: float) -> None:
         except engine.dialect.loaded_dbapi.Error as exc:
             # The pool replaces the connection and tries again.
             raise DisconnectionError() from exc
-
-
-POSTGRESQL_SCHEMES = ("postgresql+psycopg://", "postgresql://", "postgres://")
-
-
-def libpq_conninfo(url: str) -> str:
-    """The libpq connection URI of a PostgreSQL URL, as the operator wrote it (SQLAlchemy's
-    ``postgresql+psycopg://`` prefix taken off), checked by libpq's own parser: every form
-    libpq takes works, several hosts (``db1:5432,db2:5432``), ``target_session_attrs``,
-    ``sslmode`` and the rest, where SQLAlchemy's URL parser refuses several hosts. A
-    ``ValueError`` names what libpq refused, in one line."""
-    scheme = next((s for s in POSTGRESQL_SCHEMES if url.startswith(s)), None)
-    if scheme is None:
-        raise ValueError("not a postgresql:// URL")
-    conninfo = "postgresql://" + url.removeprefix(scheme)
-    try:
-        conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError as exc:
-        raise ValueError(str(exc).strip().splitlines()[0]) from exc
-    return conninfo
 
 
 _PASSWORD_IN_URL = re.compile(r"^([a-z+]+://[^:@/?]*):[^@/?]*@")
