@@ -22,7 +22,7 @@ from kuitti.cards.routes import router as cards_router
 from kuitti.clock import Clock, SystemClock
 from kuitti.config import Settings, load_settings
 from kuitti.db import Database
-from kuitti.dbmigrate import schema_is_current
+from kuitti.dbmigrate import not_ready_reason
 from kuitti.delivery.routes import router as delivery_router
 from kuitti.direct import DirectRoutes
 from kuitti.dispatch import install_dispatch
@@ -80,7 +80,12 @@ def create_app(
     settings = settings or load_settings()
     configure_logging(settings.log_level, json=settings.log_json)
     own_db = db is None
-    db = db or Database(settings.resolved_database_url, pool_size=settings.db_pool_size)
+    db = db or Database(
+        settings.resolved_database_url,
+        pool_size=settings.db_pool_size,
+        listen_url=settings.listen_database_url,
+        prepared_statements=settings.db_prepared_statements,
+    )
     services = Services(settings=settings, db=db, clock=clock or SystemClock())
 
     @contextlib.asynccontextmanager
@@ -174,16 +179,18 @@ def _add_operations_routes(app: FastAPI, services: Services) -> None:
     async def healthz() -> dict[str, str]:  # async: no thread hop for a constant
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["operations"], summary="The database answers and is migrated")
+    @app.get(
+        "/readyz",
+        tags=["operations"],
+        summary="The database answers, takes writes and is migrated",
+    )
     def readyz() -> ORJSONResponse:
         try:
-            current = schema_is_current(services.db)
+            reason = not_ready_reason(services.db)
         except Exception as exc:  # readiness reports every failure as not ready
             return ORJSONResponse({"status": "unavailable", "reason": str(exc)}, 503)
-        if not current:
-            return ORJSONResponse(
-                {"status": "unavailable", "reason": "run 'kuitti db upgrade'"}, 503
-            )
+        if reason is not None:
+            return ORJSONResponse({"status": "unavailable", "reason": reason}, 503)
         return ORJSONResponse({"status": "ready"})
 
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")

@@ -51,7 +51,12 @@ def settings_or_exit() -> Settings:
 def open_database(settings: Settings, pool_size: int) -> Database:
     """The configured database, or exit with one line when it cannot be reached."""
     try:
-        db = Database(settings.resolved_database_url, pool_size=pool_size)
+        db = Database(
+            settings.resolved_database_url,
+            pool_size=pool_size,
+            listen_url=settings.listen_database_url,
+            prepared_statements=settings.db_prepared_statements,
+        )
     except ArgumentError as exc:
         fail(f"KUITTI_DATABASE_URL: {exc}")
     try:

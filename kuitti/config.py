@@ -12,6 +12,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -34,8 +36,21 @@ class Settings(BaseSettings):
     )
     database_url: str | None = Field(
         None,
-        description="SQLAlchemy URL. Default: an SQLite file var/kuitti.db. A postgresql:// URL "
-        "selects PostgreSQL (driver psycopg 3).",
+        description="Default: an SQLite file var/kuitti.db (sqlite:///path). A postgresql:// URL "
+        "selects PostgreSQL (driver psycopg 3) in any form libpq takes: several hosts "
+        "(db1:5432,db2:5432), target_session_attrs, sslmode (docs/operations.md).",
+    )
+    # Beyond one database machine (docs/operations.md): a pooler between kuitti and PostgreSQL.
+    listen_database_url: str | None = Field(
+        None,
+        description="PostgreSQL only: where LISTEN for wake-ups connects, straight to the "
+        "database, when KUITTI_DATABASE_URL goes through a pooler in transaction mode. "
+        "Default: KUITTI_DATABASE_URL.",
+    )
+    db_prepared_statements: bool = Field(
+        True,
+        description="PostgreSQL only: false behind a pooler in transaction mode that does not "
+        "keep prepared statements (PgBouncer before 1.21, or max_prepared_statements = 0).",
     )
     var_dir: Path = Field(Path("var"), description="Directory for the SQLite file, mail and keys.")
     secret_key: str | None = Field(
@@ -121,6 +136,15 @@ class Settings(BaseSettings):
     def _supported_database(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(DATABASE_SCHEMES):
             raise ValueError("must be sqlite:///path/to/file.db or postgresql://user:pass@host/db")
+        if value is not None and not value.startswith("sqlite://"):
+            _check_libpq_url(value)
+        return value
+
+    @field_validator("listen_database_url")
+    @classmethod
+    def _postgresql_only(cls, value: str | None) -> str | None:
+        if value is not None:
+            _check_libpq_url(value)
         return value
 
     @field_validator("log_level")
@@ -180,6 +204,34 @@ class Settings(BaseSettings):
         path.write_text(key)
         path.chmod(0o600)
         return key
+
+
+def _check_libpq_url(url: str) -> None:
+    """A ``ValueError`` naming what libpq refuses in a PostgreSQL URL."""
+    try:
+        libpq_conninfo(url)
+    except ValueError as exc:
+        raise ValueError(f"not a PostgreSQL URL libpq takes: {exc}") from None
+
+
+POSTGRESQL_SCHEMES = ("postgresql+psycopg://", "postgresql://", "postgres://")
+
+
+def libpq_conninfo(url: str) -> str:
+    """The libpq connection URI of a PostgreSQL URL, as the operator wrote it (SQLAlchemy's
+    ``postgresql+psycopg://`` prefix taken off), checked by libpq's own parser: every form
+    libpq takes works, several hosts (``db1:5432,db2:5432``), ``target_session_attrs``,
+    ``sslmode`` and the rest, where SQLAlchemy's URL parser refuses several hosts. A
+    ``ValueError`` names what libpq refused, in one line."""
+    scheme = next((s for s in POSTGRESQL_SCHEMES if url.startswith(s)), None)
+    if scheme is None:
+        raise ValueError("not a postgresql:// URL")
+    conninfo = "postgresql://" + url.removeprefix(scheme)
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(str(exc).strip().splitlines()[0]) from exc
+    return conninfo
 
 
 def load_settings() -> Settings:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import sqlite3
 import threading
 import time
@@ -61,6 +62,8 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from kuitti.checkpoints import WAL_AUTOCHECKPOINT_PAGES, BackgroundCheckpoints
+from kuitti.config import libpq_conninfo
+from kuitti.errors import DatabaseUnavailable
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -241,8 +244,8 @@ def _begin_immediate(dbapi_connection: sqlite3.Connection) -> None:
 # server (``Database.read_rows_async``).
 ASYNC_READ_CONNECTIONS = 4
 # How long a read waits for one of them before it fails: a database that cannot be reached
-# fails the request (500) instead of holding it for the pool's default 30 s, and /readyz says
-# why; a burst queues for milliseconds, far below this.
+# fails the request (503, ``DatabaseUnavailable``) instead of holding it for the pool's default
+# 30 s, and /readyz says why; a burst queues for milliseconds, far below this.
 ASYNC_READ_WAIT_SECONDS = 5.0
 
 # A pooled PostgreSQL connection idle for longer than this is tested before it is handed out.
@@ -272,6 +275,61 @@ def _ping_when_idle(engine: Engine, after_seconds: float) -> None:
             raise DisconnectionError() from exc
 
 
+_PASSWORD_IN_URL = re.compile(r"^([a-z+]+://[^:@/?]*):[^@/?]*@")
+
+
+def without_password(url: str) -> str:
+    """``url`` as it may be printed or logged: its password, if any, replaced by ``***``."""
+    return _PASSWORD_IN_URL.sub(r"\1:***@", url)
+
+
+# SQLSTATEs of a database that is away or cannot take writes now: class 08 (the connection
+# failed), 57P (the server is shutting down, crashed, or is starting), 53 (out of connections,
+# memory or disk), and 25006 (a write in a read-only transaction: a standby, or
+# ``default_transaction_read_only``).
+_UNAVAILABLE_STATES = ("08", "57P", "53", "25006")
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the database is away or read-only, rather than that a statement
+    was wrong: a psycopg error with one of the SQLSTATEs above, one with no SQLSTATE at all
+    (the connection was refused or lost), or no pooled connection to be had in time."""
+    if isinstance(error, DBAPIError):
+        if error.connection_invalidated:
+            return True
+        return error.orig is not None and is_unavailable(error.orig)
+    if isinstance(error, PoolTimeout):
+        return True
+    if not isinstance(error, psycopg.Error):
+        return False
+    state = error.sqlstate
+    if state is None:
+        return isinstance(error, psycopg.OperationalError)
+    return state.startswith(_UNAVAILABLE_STATES)
+
+
+@contextmanager
+def unavailable_as_503() -> Iterator[None]:
+    """Raise ``DatabaseUnavailable`` (503 with ``Retry-After``) for an error of a database that
+    is away or read-only (``is_unavailable``), from the driver's error; any other error as it
+    is."""
+    try:
+        yield
+    except (DBAPIError, psycopg.Error, PoolTimeout) as error:
+        if is_unavailable(error):
+            raise DatabaseUnavailable() from error
+        raise
+
+
+def _connect_by_libpq(engine: Engine, conninfo: str) -> None:
+    """Connect with ``conninfo`` as libpq reads it: SQLAlchemy is told only the dialect, and
+    its own connect (with the type adapters it registers) gets the conninfo as it is."""
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(_dialect: Any, _record: Any, cargs: list[Any], _cparams: Any) -> None:
+        cargs[:] = [conninfo]
+
+
 class Database:
     """The engine of one database and the sessions made from it."""
 
@@ -283,7 +341,14 @@ class Database:
         echo: bool = False,
         ping_after_idle: float = PING_AFTER_IDLE_SECONDS,
         async_read_wait: float = ASYNC_READ_WAIT_SECONDS,
+        listen_url: str | None = None,
+        prepared_statements: bool = True,
     ) -> None:
+        """``listen_url``: where ``LISTEN`` connects (PostgreSQL), when ``url`` goes through
+        a pooler in transaction mode that cannot keep a session's ``LISTEN``.
+        ``prepared_statements``: false behind a pooler in transaction mode that does not keep
+        server-side prepared statements (PgBouncer before 1.21): psycopg then prepares
+        none."""
         self.url = url
         self.async_read_wait = async_read_wait
         self.is_sqlite = url.startswith("sqlite")
@@ -291,6 +356,10 @@ class Database:
         """The file of an SQLite database kept in one."""
         self.checkpoints: BackgroundCheckpoints | None = None
         """The thread copying the WAL while ``checkpointing()`` runs."""
+        self.conninfo = self.listen_conninfo = ""
+        """libpq's connection URIs (PostgreSQL): of the database, and of its ``LISTEN``."""
+        self._connect_args: dict[str, Any] = {}
+        """What psycopg's ``connect`` is given (PostgreSQL)."""
         if self.is_sqlite:
             path = url.removeprefix("sqlite:///")
             if path and path != ":memory:":
@@ -307,13 +376,19 @@ class Database:
             _configure_sqlite(self.engine)
             write_engine: Engine = self.engine.execution_options(sqlite_begin="IMMEDIATE")
         else:
+            self.conninfo = libpq_conninfo(url)
+            self.listen_conninfo = libpq_conninfo(listen_url) if listen_url else self.conninfo
+            if not prepared_statements:
+                self._connect_args["prepare_threshold"] = None
             self.engine = create_engine(
-                url,
+                "postgresql+psycopg://",
                 echo=echo,
                 hide_parameters=True,  # database errors are logged; bound values may be secret
                 pool_size=pool_size,
                 max_overflow=pool_size // 2,
+                connect_args=self._connect_args,
             )
+            _connect_by_libpq(self.engine, self.conninfo)
             _ping_when_idle(self.engine, ping_after_idle)
             write_engine = self.engine
         info = {_DATABASE: self}  # for database_of(session)
@@ -331,14 +406,14 @@ class Database:
     @property
     def label(self) -> str:
         """The URL as it may be printed or logged: without its password."""
-        return self.engine.url.render_as_string(hide_password=True)
+        return without_password(self.url)
 
     @contextmanager
     def session(self, *, write: bool = True) -> Iterator[Session]:
         """One unit of work: commit at the end of the block, roll back on error."""
         lock = self._sqlite_write_lock if self.is_sqlite and write else nullcontext()
         factory = self._write_sessions if write else self._read_sessions
-        with lock, factory() as session:
+        with unavailable_as_503(), lock, factory() as session:
             try:
                 yield session
                 session.commit()
@@ -376,6 +451,12 @@ class Database:
         CPU, the driver 0.01–0.03 ms; on PostgreSQL autocommit also saves the ``BEGIN`` and
         ``ROLLBACK`` round trips (docs/performance.md, "Reading"). Everything else goes through
         ``session()``."""
+        with unavailable_as_503():
+            return self._read_rows(statement, params)
+
+    def _read_rows(
+        self, statement: Select[*tuple[Any, ...]], params: Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
         query = self._direct_query(statement)
         values = query.parameters(params)
         connection = self.engine.raw_connection()
@@ -441,16 +522,17 @@ class Database:
         query = self._direct_query(statement)
         values = query.parameters(params)
         try:
-            try:
-                rows = await _fetch_all(pool, query.sql, values)
-            except PoolTimeout:
-                raise  # no connection could be had: waiting again would only double the wait
-            except psycopg.OperationalError:
-                # A connection that went away while idle (a server restart, an idle timeout):
-                # the pool drops the broken ones, and the read, which changes nothing, runs
-                # once more.
-                await pool.check()
-                rows = await _fetch_all(pool, query.sql, values)
+            with unavailable_as_503():
+                try:
+                    rows = await _fetch_all(pool, query.sql, values)
+                except PoolTimeout:
+                    raise  # no connection could be had: waiting again would double the wait
+                except psycopg.OperationalError:
+                    # A connection that went away while idle (a server restart, an idle
+                    # timeout): the pool drops the broken ones, and the read, which changes
+                    # nothing, runs once more.
+                    await pool.check()
+                    rows = await _fetch_all(pool, query.sql, values)
         except psycopg.Error as error:
             raise self._database_error(error, query.sql, values) from error
         return [query.converted(row) for row in rows]
@@ -553,9 +635,11 @@ class Database:
         none). Its connections are in autocommit: each read is one statement."""
         if self.is_sqlite or asyncio.get_running_loop() in self._async_pools:
             return
+        # SQLAlchemy's connect arguments (the type adapters of its dialect), then libpq's URL.
         _args, connect = self.engine.dialect.create_connect_args(self.engine.url)
         pool = AsyncConnectionPool(
-            kwargs={**connect, "autocommit": True},
+            self.conninfo,
+            kwargs={**connect, **self._connect_args, "autocommit": True},
             min_size=1,
             max_size=ASYNC_READ_CONNECTIONS,
             timeout=self.async_read_wait,

@@ -58,3 +58,20 @@ def schema_is_current(db: Database) -> bool:
     with db.engine.connect() as connection:
         current = MigrationContext.configure(connection).get_current_revision()
     return current == head_revision()
+
+
+def not_ready_reason(db: Database) -> str | None:
+    """Why the database cannot serve requests now, or None: its schema is not current, or
+    (PostgreSQL) it takes no writes (a standby, ``default_transaction_read_only``). A database
+    that cannot be reached raises."""
+    with db.engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+        read_only = (
+            db.dialect == "postgresql"
+            and connection.exec_driver_sql("SHOW transaction_read_only").scalar() == "on"
+        )
+    if read_only:
+        return "the database is read-only: a standby, or default_transaction_read_only"
+    if current != head_revision():
+        return "run 'kuitti db upgrade'"
+    return None

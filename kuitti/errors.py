@@ -88,3 +88,28 @@ class UnsupportedMediaType(KuittiError):
 class TooManyRequests(KuittiError):
     status_code = 429
     code = "too_many_requests"
+
+
+DATABASE_RETRY_AFTER_SECONDS = 2
+"""What a client is told to wait while the database is away: a restarted server or a promoted
+standby usually answers within seconds, and the pool reconnects on the next request."""
+
+
+class DatabaseUnavailable(KuittiError):
+    """The database a request needs cannot be reached, or cannot take writes now (a standby, a
+    server shutting down or starting, a read-only transaction default): 503 with ``Retry-After``,
+    never 500 (``kuitti.db.unavailable_as_503``)."""
+
+    status_code = 503
+    code = "database_unavailable"
+
+    def __init__(
+        self,
+        description: str = "The database cannot be reached or cannot take writes at the moment. "
+        "Try again after Retry-After seconds; a post retried with the same Idempotency-Key is "
+        "stored once.",
+    ) -> None:
+        super().__init__(description)
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)}

@@ -16,13 +16,24 @@ import threading
 from collections.abc import AsyncIterator, Callable
 
 import psycopg
-from sqlalchemy import event, make_url
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from kuitti.db import Database, database_of
 from kuitti.logs import log
 
 LISTEN_RETRY_SECONDS = 1.0
+LISTEN_KEEPALIVES = {
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+}
+"""TCP keepalives of a ``LISTEN`` connection, unless its URL sets them: it only reads, so
+without them one whose server vanished without closing it (a machine lost, a network cut
+before a failover) would wait for ever instead of reconnecting to the new primary; with
+them it gives up within about 25 s."""
 
 
 class CommitWakeup:
@@ -88,7 +99,11 @@ class CommitWakeup:
 
     async def _listen(self, db: Database, wake: asyncio.Event) -> None:
         """Set ``wake`` on every ``NOTIFY``; reconnect when the database returns."""
-        dsn = make_url(db.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        given = conninfo_to_dict(db.listen_conninfo)
+        dsn = make_conninfo(
+            db.listen_conninfo,
+            **{name: value for name, value in LISTEN_KEEPALIVES.items() if name not in given},
+        )
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:

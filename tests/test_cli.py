@@ -237,11 +237,16 @@ def test_invalid_settings_name_the_variable(services: Services) -> None:
     [
         ("mysql://x", "error: invalid settings: KUITTI_DATABASE_URL: "),
         (
+            "postgresql://kuitti@db1:5432,db2:5432/kuitti?target_session_attr=read-write",
+            "error: invalid settings: KUITTI_DATABASE_URL: Value error, not a PostgreSQL URL "
+            'libpq takes: invalid URI query parameter: "target_session_attr"',
+        ),
+        (
             f"postgresql://kuitti:secret@127.0.0.1:{free_port()}/kuitti",
             "error: cannot connect to the database postgresql+psycopg://kuitti:***@127.0.0.1:",
         ),
     ],
-    ids=["unsupported", "unreachable"],
+    ids=["unsupported", "misspelt-libpq-parameter", "unreachable"],
 )
 @pytest.mark.parametrize("command", [["partner", "list"], ["serve"], ["db", "upgrade"]])
 def test_database_mistakes_are_one_line(

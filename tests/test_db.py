@@ -29,6 +29,7 @@ from kuitti.db import (
     table,
     uuid_text,
 )
+from kuitti.errors import DatabaseUnavailable
 from kuitti.ids import new_id
 from kuitti.models import Partner, Receipt, ReceiptGrant
 from kuitti.models.receipts import GrantReason
@@ -227,7 +228,8 @@ def test_an_async_read_outlives_a_connection_ended_while_idle(services: Services
 def test_an_async_read_fails_soon_when_the_database_cannot_be_reached(
     services: Services,
 ) -> None:
-    """A read waits a bounded time for a connection, once, then fails as a session would."""
+    """A read waits a bounded time for a connection, once, then fails as a session would: the
+    database is unavailable (503)."""
     unreachable = make_url(services.db.url).set(host="127.0.0.1", port=free_port())
     db = Database(unreachable.render_as_string(hide_password=False), async_read_wait=0.5)
 
@@ -235,7 +237,7 @@ def test_an_async_read_fails_soon_when_the_database_cannot_be_reached(
         await db.open_async_reads()
         started = time.monotonic()
         try:
-            with pytest.raises(DBAPIError):
+            with pytest.raises(DatabaseUnavailable):
                 await db.read_rows_async(select(func.pg_backend_pid()), {})
             return time.monotonic() - started
         finally:

@@ -32,7 +32,13 @@ import anyio.to_thread
 
 from kuitti.config import Settings
 from kuitti.db import Database
-from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, Unauthorized
+from kuitti.errors import (
+    DatabaseUnavailable,
+    ErrorDetail,
+    InvalidRequest,
+    KuittiError,
+    Unauthorized,
+)
 from kuitti.logs import log
 from kuitti.metrics import INGEST_BATCH, RECEIPTS_CREATED
 from kuitti.models import PartnerRole
@@ -229,8 +235,10 @@ def write_batch(db: Database, settings: Settings, postings: list[Prepared]) -> l
         INGEST_BATCH.observe(len(postings))
         return outcomes
     except Exception as exc:
-        if len(postings) == 1:
-            return [Outcome(error=exc)]
+        if len(postings) == 1 or isinstance(exc, DatabaseUnavailable):
+            # Alone, or the database away: each posting is answered this error (a 503 for the
+            # latter, which writing them one by one would only repeat).
+            return [Outcome(error=exc) for _ in postings]
         log.warning(
             "receipt batch failed; writing its receipts one by one",
             receipts=len(postings),
