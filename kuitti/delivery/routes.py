@@ -2,8 +2,9 @@
 
 Link pages need no login: ``/ns/<namespace>/r/<receipt_id>`` (a RECEIPT_ID token) and
 ``/r/<token>`` (every receipt's private link), each with ``/pdf`` for the PDF and a ``POST`` whose
-``action=import`` puts the receipt into the logged-in user's account. Anything unknown is the
-same friendly 404 page. Every answer carries ``X-Robots-Tag: noindex`` and
+``action=import`` puts the receipt into the logged-in user's account (through a namespace link
+only if no other account holds it, unless the link is shareable: 409 otherwise). Anything unknown
+is the same friendly 404 page. Every answer carries ``X-Robots-Tag: noindex`` and
 ``Referrer-Policy: no-referrer`` and counts against the per-client rate limit.
 """
 
@@ -20,7 +21,7 @@ from starlette.responses import Response
 
 from kuitti.delivery import links, qr
 from kuitti.delivery.linkpage import LinkPage, language_links, page_context, page_language
-from kuitti.delivery.service import deliver_to_user
+from kuitti.delivery.service import import_from_link
 from kuitti.delivery.texts import page_text
 from kuitti.deps import Now, ReadSession, ServicesDep, get_services
 from kuitti.metrics import LINK_RATE_LIMITED
@@ -105,6 +106,24 @@ def _not_found(request: Request, lang: str | None) -> Response:
             "language_label": page_text("page.language", language),
         },
         status_code=404,
+        headers=LINK_HEADERS,
+    )
+
+
+def _claimed(request: Request, target: LinkPage, lang: str | None) -> Response:
+    """The 409 page: another account holds this namespace link's receipt."""
+    language = page_language(request, lang)
+    return render_page(
+        request,
+        "receipts/message.html",
+        {
+            "lang": language.value,
+            "title": page_text("claimed.title", language),
+            "body": page_text("claimed.body", language),
+            "languages": language_links(target.path, language),
+            "language_label": page_text("page.language", language),
+        },
+        status_code=409,
         headers=LINK_HEADERS,
     )
 
@@ -202,11 +221,16 @@ def _import(
             login_url(target.page_path(lang)), status_code=303, headers=LINK_HEADERS
         )
     receipt_id, user_id = receipt.id, user.id
+    claim = target.namespace is not None and not links.is_shareable(
+        session, target.namespace, target.key
+    )
     session.rollback()  # one connection at a time: the read's goes back before the write's
     with services.db.session() as write:
         current = write.get(Receipt, receipt_id)
         assert current is not None
-        deliver_to_user(write, current, user_id, via="import", now=services.clock.now())
+        imported = import_from_link(write, current, user_id, claim=claim, now=services.clock.now())
+    if not imported:
+        return _claimed(request, target, lang)
     back = target.page_path(lang, imported=True)
     return RedirectResponse(back, status_code=303, headers=LINK_HEADERS)
 
