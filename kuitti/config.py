@@ -89,6 +89,20 @@ class Settings(BaseSettings):
     link_rate_limit_per_minute: int = Field(
         120, gt=0, description="Receipt-link page views allowed per client IP and minute."
     )
+    # Guessing a namespace link's identifier shows as a burst of misses (docs/security.md).
+    link_miss_limit_per_client: int = Field(
+        20,
+        gt=0,
+        description="Receipt-link lookups that find nothing (404) allowed per client IP and "
+        "minute; the client's further link requests get 429 until the minute ends.",
+    )
+    link_miss_limit_per_namespace: int = Field(
+        100,
+        gt=0,
+        description="Receipt-link lookups that find nothing allowed per namespace and minute, "
+        "across clients; beyond it, clients that missed in that minute get 429 on the "
+        "namespace's links.",
+    )
     sandbox_retention_days: int = Field(
         7, gt=0, description="Days a sandbox partner's receipt is kept before it is deleted."
     )

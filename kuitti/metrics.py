@@ -86,7 +86,17 @@ MAIL_MESSAGES = Counter(
     ["result"],
 )
 LINK_RATE_LIMITED = Counter(
-    "kuitti_link_pages_rate_limited_total", "Receipt-link requests refused by the rate limit"
+    "kuitti_link_pages_rate_limited_total",
+    "Receipt-link requests refused by the rate limit or the miss limits",
+)
+LINK_MISSES = Counter(
+    "kuitti_link_pages_not_found_total", "Receipt-link lookups that found no receipt"
+)
+LINK_MISS_BURSTS = Counter(
+    "kuitti_link_miss_bursts_total",
+    "Bursts of receipt-link lookups that found nothing: a client or a namespace reached its "
+    "miss limit for the minute (someone is probably guessing links)",
+    ["scope"],
 )
 
 # Card-linking (kuitti/cards/)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from kuitti.clock import Clock
 from kuitti.config import Settings
 from kuitti.db import Database
-from kuitti.delivery.ratelimit import RateLimiter
+from kuitti.delivery.ratelimit import LinkMisses, RateLimiter
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,13 @@ class Services:
     db: Database
     clock: Clock
     link_rate_limiter: RateLimiter = field(init=False, compare=False)
+    link_misses: LinkMisses = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        # The limit comes from the settings; frozen, so set once here rather than by the caller.
+        # The limits come from the settings; frozen, so set once here rather than by the caller.
         limiter = RateLimiter(self.settings.link_rate_limit_per_minute)
         object.__setattr__(self, "link_rate_limiter", limiter)
+        misses = LinkMisses(
+            self.settings.link_miss_limit_per_client, self.settings.link_miss_limit_per_namespace
+        )
+        object.__setattr__(self, "link_misses", misses)

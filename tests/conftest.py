@@ -216,6 +216,10 @@ def sql(services: Services) -> StatementCounter:
 
 @pytest.fixture
 def client(live_server: LiveServer, services: Services) -> Iterator[httpx.Client]:
+    # Every test starts at the same frozen minute: link-page misses of earlier tests would
+    # otherwise add up to the shared server's per-client miss limit.
+    app: Any = live_server.server.config.app
+    app.state.services.link_misses.clear()
     with httpx.Client(base_url=live_server.url, timeout=30) as http:
         yield http
 

@@ -55,6 +55,13 @@ def receipt_for_namespace_link(session: Session, namespace: str, identifier: str
     return session.get(Receipt, link.receipt_id) if link is not None else None
 
 
+def is_shareable(session: Session, namespace: str, identifier: str) -> bool:
+    """Whether the merchant marked this namespace link ``"shareable": true``, so that any
+    number of accounts may import its receipt."""
+    link = session.get(ReceiptLink, (namespace, identifier))
+    return link is not None and link.shareable
+
+
 def receipt_for_private_token(session: Session, settings: Settings, token: str) -> Receipt | None:
     receipt_id = receipt_id_from_private_token(settings, token)
     return session.get(Receipt, receipt_id) if receipt_id is not None else None

@@ -2,9 +2,11 @@
 
 Link pages need no login: ``/ns/<namespace>/r/<receipt_id>`` (a RECEIPT_ID token) and
 ``/r/<token>`` (every receipt's private link), each with ``/pdf`` for the PDF and a ``POST`` whose
-``action=import`` puts the receipt into the logged-in user's account. Anything unknown is the
-same friendly 404 page. Every answer carries ``X-Robots-Tag: noindex`` and
-``Referrer-Policy: no-referrer`` and counts against the per-client rate limit.
+``action=import`` puts the receipt into the logged-in user's account (through a namespace link
+only if no other account holds it, unless the link is shareable: 409 otherwise). Anything unknown
+is the same friendly 404 page. Every answer carries ``X-Robots-Tag: noindex`` and
+``Referrer-Policy: no-referrer`` and counts against the per-client rate limit; a lookup that
+finds nothing counts against the miss limits too (``ratelimit.LinkMisses``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from starlette.responses import Response
 
 from kuitti.delivery import links, qr
 from kuitti.delivery.linkpage import LinkPage, language_links, page_context, page_language
-from kuitti.delivery.service import deliver_to_user
+from kuitti.delivery.service import import_from_link
 from kuitti.delivery.texts import page_text
 from kuitti.deps import Now, ReadSession, ServicesDep, get_services
-from kuitti.metrics import LINK_RATE_LIMITED
+from kuitti.logs import log
+from kuitti.metrics import LINK_MISS_BURSTS, LINK_MISSES, LINK_RATE_LIMITED
 from kuitti.models import Connection, Receipt, User
 from kuitti.oauth.bearer import AppConnection
 from kuitti.receipts.formats.rendering import render_service_pdf
@@ -34,6 +37,10 @@ from kuitti.web import render as render_page
 router = APIRouter(tags=["receipt links"])
 
 LINK_HEADERS = {"X-Robots-Tag": "noindex, nofollow", "Referrer-Policy": "no-referrer"}
+LIMITED = {
+    "description": "Too many link requests, or too many that found nothing, from this client "
+    "(an HTML page; Retry-After)."
+}
 # Any value is accepted: one that is not fi, sv or en is ignored (Accept-Language decides).
 LangQuery = Annotated[str | None, Query(description="fi, sv or en; else Accept-Language decides.")]
 
@@ -70,11 +77,20 @@ def create_qr_code(connection: AppConnection, services: ServicesDep, now: Now) -
 # -- link pages -------------------------------------------------------------------------------
 
 
-def _limited(request: Request) -> Response | None:
-    """The 429 page when this client is over the link-page limit."""
+def _client_address(request: Request) -> str:
+    """The address the link limits count by."""
+    return request.client.host if request.client else "unknown"
+
+
+def _limited(request: Request, target: LinkPage) -> Response | None:
+    """The 429 page when this client is over the link-page limit, or may look up no link of
+    this kind for now because of its misses (``LinkMisses``)."""
     services = get_services(request)
-    client = request.client.host if request.client else "unknown"
-    retry_after = services.link_rate_limiter.hit(client, services.clock.now().timestamp())
+    client = _client_address(request)
+    now = services.clock.now().timestamp()
+    retry_after = services.link_rate_limiter.hit(client, now)
+    if retry_after is None:
+        retry_after = services.link_misses.refused(client, target.namespace, now)
     if retry_after is None:
         return None
     LINK_RATE_LIMITED.inc()
@@ -92,19 +108,48 @@ def _limited(request: Request) -> Response | None:
     )
 
 
+def _missed(request: Request, target: LinkPage, lang: str | None) -> Response:
+    """The 404 page of a lookup that found nothing, counted against the miss limits; the miss
+    that starts a burst is logged at warning level and counted (the alert)."""
+    services = get_services(request)
+    client = _client_address(request)
+    LINK_MISSES.inc()
+    for scope in services.link_misses.missed(
+        client, target.namespace, services.clock.now().timestamp()
+    ):
+        LINK_MISS_BURSTS.labels(scope.value).inc()
+        log.warning(
+            "receipt-link miss burst",
+            scope=scope.value,
+            client=client,
+            namespace=target.namespace,
+        )
+    return _not_found(request, lang)
+
+
 def _not_found(request: Request, lang: str | None) -> Response:
+    return _message(request, lang, "not_found", 404, _quoted_path(request))
+
+
+def _claimed(request: Request, target: LinkPage, lang: str | None) -> Response:
+    """The 409 page: another account holds this namespace link's receipt."""
+    return _message(request, lang, "claimed", 409, target.path)
+
+
+def _message(request: Request, lang: str | None, key: str, status_code: int, path: str) -> Response:
+    """A message page (``key``'s title and body) with the language switch for ``path``."""
     language = page_language(request, lang)
     return render_page(
         request,
         "receipts/message.html",
         {
             "lang": language.value,
-            "title": page_text("not_found.title", language),
-            "body": page_text("not_found.body", language),
-            "languages": language_links(_quoted_path(request), language),
+            "title": page_text(f"{key}.title", language),
+            "body": page_text(f"{key}.body", language),
+            "languages": language_links(path, language),
             "language_label": page_text("page.language", language),
         },
-        status_code=404,
+        status_code=status_code,
         headers=LINK_HEADERS,
     )
 
@@ -146,11 +191,11 @@ def _show(
     user: User | None = None,
 ) -> Response:
     """The page or its PDF, everything read through the request's session."""
-    if (limited := _limited(request)) is not None:
+    if (limited := _limited(request, target)) is not None:
         return limited
     receipt = _find(request, session, target)
     if receipt is None:
-        return _not_found(request, lang)
+        return _missed(request, target, lang)
     if target.pdf:
         return _pdf(session, receipt, page_language(request, lang))
     context = page_context(
@@ -187,11 +232,13 @@ def _import(
     action: str,
     csrf: str | None,
 ) -> Response:
-    if (limited := _limited(request)) is not None:
+    if (limited := _limited(request, target)) is not None:
         return limited
     check_csrf(request, csrf)
     receipt = _find(request, session, target)
-    if receipt is None or receipt.sandbox or action != "import":
+    if receipt is None:
+        return _missed(request, target, request.query_params.get("lang"))
+    if receipt.sandbox or action != "import":
         # A sandbox receipt is nobody's: there is nothing to import (docs/sandbox.md).
         return _not_found(request, request.query_params.get("lang"))
     lang = request.query_params.get("lang")
@@ -202,11 +249,16 @@ def _import(
             login_url(target.page_path(lang)), status_code=303, headers=LINK_HEADERS
         )
     receipt_id, user_id = receipt.id, user.id
+    claim = target.namespace is not None and not links.is_shareable(
+        session, target.namespace, target.key
+    )
     session.rollback()  # one connection at a time: the read's goes back before the write's
     with services.db.session() as write:
         current = write.get(Receipt, receipt_id)
         assert current is not None
-        deliver_to_user(write, current, user_id, via="import", now=services.clock.now())
+        imported = import_from_link(write, current, user_id, claim=claim, now=services.clock.now())
+    if not imported:
+        return _claimed(request, target, lang)
     back = target.page_path(lang, imported=True)
     return RedirectResponse(back, status_code=303, headers=LINK_HEADERS)
 
@@ -215,7 +267,10 @@ def _import(
     "/ns/{namespace}/r/{receipt_path:path}",
     response_class=HTMLResponse,
     summary="Receipt link page; <link>/pdf downloads the PDF",
-    responses={404: {"description": "Unknown namespace or receipt identifier (an HTML page)."}},
+    responses={
+        404: {"description": "Unknown namespace or receipt identifier (an HTML page)."},
+        429: LIMITED,
+    },
 )
 def namespace_link_page(
     request: Request,
@@ -236,6 +291,10 @@ def namespace_link_page(
     "/ns/{namespace}/r/{receipt_path:path}",
     response_class=HTMLResponse,
     summary="Import the receipt into the logged-in user's account (action=import)",
+    responses={
+        409: {"description": "Another account holds this receipt (an HTML page)."},
+        429: LIMITED,
+    },
 )
 def namespace_link_import(
     request: Request,
@@ -253,7 +312,10 @@ def namespace_link_import(
 
 
 @router.get(
-    "/r/{token}", response_class=HTMLResponse, summary="A receipt's private link page (no login)"
+    "/r/{token}",
+    response_class=HTMLResponse,
+    summary="A receipt's private link page (no login)",
+    responses={429: LIMITED},
 )
 def private_link_page(
     request: Request, token: str, session: ReadSession, user: CurrentUser, lang: LangQuery = None
@@ -261,7 +323,9 @@ def private_link_page(
     return _show(request, session, LinkPage(None, token), lang, user)
 
 
-@router.get("/r/{token}/pdf", summary="The PDF of a receipt's private link")
+@router.get(
+    "/r/{token}/pdf", summary="The PDF of a receipt's private link", responses={429: LIMITED}
+)
 def private_link_pdf(
     request: Request, token: str, session: ReadSession, lang: LangQuery = None
 ) -> Response:
@@ -272,6 +336,7 @@ def private_link_pdf(
     "/r/{token}",
     response_class=HTMLResponse,
     summary="Import the receipt of a private link (action=import)",
+    responses={429: LIMITED},
 )
 def private_link_import(
     request: Request,

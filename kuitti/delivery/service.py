@@ -10,6 +10,11 @@ A return linked to its purchase (``kuitti.receipts.returns``) follows the purcha
 purchase reaches later, a user or a card's issuer, the purchase's returns reach too. The purchase
 row is read ``FOR SHARE`` after the delivery is written, and linking a return locks it for update
 before copying the deliveries, so whichever commits first, the other sees it.
+
+An import through a namespace link is claim-once (``import_from_link``, docs/security.md,
+"Namespace links"): the merchant chooses that link's identifier, which may be guessable, so the
+first account to hold the receipt keeps it and another account's import is refused, unless the
+merchant marked the link shareable.
 """
 
 from __future__ import annotations
@@ -18,9 +23,18 @@ import uuid
 from datetime import datetime
 
 from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from kuitti.models import Card, Connection, Partner, Receipt, ReceiptDelivery, ReceiptGrant
+from kuitti.models import (
+    Card,
+    Connection,
+    Partner,
+    Receipt,
+    ReceiptClaim,
+    ReceiptDelivery,
+    ReceiptGrant,
+)
 from kuitti.models.receipts import GrantReason
 from kuitti.oauth.scopes import Scope
 from kuitti.webhooks.events import notify_connection
@@ -106,6 +120,53 @@ def deliver_to_user(
         for linked in returns_of(session, receipt):
             deliver_to_user(session, linked, user_id, via="return", now=now)
     return True
+
+
+def import_from_link(
+    session: Session, receipt: Receipt, user_id: uuid.UUID, *, claim: bool, now: datetime
+) -> bool:
+    """Import the receipt into the user's account from its link page; False when another
+    account holds it (nothing changes). Importing a receipt that is already the user's changes
+    nothing and is not refused.
+
+    ``claim``: the import is through a namespace link that is not shareable, so the receipt may
+    be held by one account only (``claim_holder``). A private link's token is unguessable: whoever
+    has it may import."""
+    if session.get(ReceiptDelivery, (user_id, receipt.id)) is not None:
+        return True
+    if claim and claim_holder(session, receipt.id, user_id, now=now) != user_id:
+        return False
+    deliver_to_user(session, receipt, user_id, via="import", now=now)
+    return True
+
+
+def claim_holder(
+    session: Session, receipt_id: uuid.UUID, user_id: uuid.UUID, *, now: datetime
+) -> uuid.UUID:
+    """The account that holds the receipt, claiming it for ``user_id`` when nobody does.
+
+    Nobody holds it yet when it has no claim row: the claim then goes to the first account the
+    receipt already reached (a token at post time, card-linking, a private-link import), else
+    to ``user_id``. The claim row's primary key decides between imports at once: the insert
+    does nothing when another transaction's row is there (on PostgreSQL it waits for that
+    transaction to end first), and the row read after it is the winner's."""
+    first = session.scalar(
+        select(ReceiptDelivery.user_id)
+        .where(ReceiptDelivery.receipt_id == receipt_id)
+        .order_by(ReceiptDelivery.created_at, ReceiptDelivery.user_id)
+        .limit(1)
+    )
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    session.execute(
+        dialect.insert(ReceiptClaim)
+        .values(receipt_id=receipt_id, user_id=first or user_id, claimed_at=now)
+        .on_conflict_do_nothing(index_elements=[ReceiptClaim.receipt_id])
+    )
+    holder = session.scalar(
+        select(ReceiptClaim.user_id).where(ReceiptClaim.receipt_id == receipt_id)
+    )
+    assert holder is not None
+    return holder
 
 
 def _original_held_by(session: Session, receipt: Receipt, user_id: uuid.UUID) -> uuid.UUID | None:

@@ -51,6 +51,19 @@ _PAGE_MESSAGES: dict[str, tuple[str, str, str]] = {
         "ny.",
         "There is no receipt at this address. Check the link, or ask the seller for a new one.",
     ),
+    "claimed.title": (
+        "Kuitti on jo toisella tilillä",
+        "Kvittot finns redan på ett annat konto",
+        "This receipt is already in another account",
+    ),
+    "claimed.body": (
+        "Tämän kuitin voi tuoda vain yhdelle tilille, ja se on jo tuotu. Jos kuitti on sinun, "
+        "pyydä myyjältä apua.",
+        "Det här kvittot kan importeras till ett enda konto, och det har redan importerats. Om "
+        "kvittot är ditt, be säljaren om hjälp.",
+        "This receipt can be imported into one account only, and it already has been. If the "
+        "receipt is yours, ask the seller for help.",
+    ),
     "rate_limited.title": ("Liian monta pyyntöä", "För många förfrågningar", "Too many requests"),
     "rate_limited.body": (
         "Yritä uudelleen hetken kuluttua.",

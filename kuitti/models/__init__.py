@@ -12,10 +12,11 @@ from kuitti.models.cards import (
 from kuitti.models.delivery import DynamicQrCode
 from kuitti.models.oauth import AuthorizationCode, Connection, IssuedToken, SigningKey
 from kuitti.models.outbox import MailMessage, WebhookAttempt, WebhookDelivery
-from kuitti.models.partners import Namespace, Partner, PartnerRole
+from kuitti.models.partners import IdPolicy, Namespace, Partner, PartnerRole
 from kuitti.models.receipts import (
     IdempotencyRecord,
     Receipt,
+    ReceiptClaim,
     ReceiptDelivery,
     ReceiptGrant,
     ReceiptLink,
@@ -32,6 +33,7 @@ __all__ = [
     "CardTransaction",
     "Connection",
     "DynamicQrCode",
+    "IdPolicy",
     "IdempotencyRecord",
     "IssuedToken",
     "LoginThrottle",
@@ -40,6 +42,7 @@ __all__ = [
     "Partner",
     "PartnerRole",
     "Receipt",
+    "ReceiptClaim",
     "ReceiptDelivery",
     "ReceiptGrant",
     "ReceiptLink",

@@ -3,6 +3,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 from enum import StrEnum
+from typing import NamedTuple
 
 from sqlalchemy import JSON, ForeignKey, String
 from sqlalchemy.orm import Mapped, mapped_column, relationship
@@ -60,6 +61,19 @@ class Partner(Base):
     def namespace_names(self) -> list[str]:
         return [ns.name for ns in self.namespaces]
 
+    @property
+    def id_policies(self) -> frozenset[IdPolicy]:
+        return frozenset(ns.id_policy for ns in self.namespaces if ns.id_policy is not None)
+
+
+class IdPolicy(NamedTuple):
+    """What a namespace requires of its receipt identifiers (``kuitti.delivery.idpolicy``):
+    at least ``min_length`` characters, all from the named ``alphabet`` when one is set."""
+
+    namespace: str
+    min_length: int
+    alphabet: str | None
+
 
 class Namespace(Base):
     """A partner namespace for receipt links and dynamic QR codes; globally unique."""
@@ -69,5 +83,14 @@ class Namespace(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"), index=True)
     position: Mapped[int] = mapped_column(default=0)
+    # The receipt identifier policy (`kuitti partner update --id-policy`); none when null.
+    id_min_length: Mapped[int | None] = mapped_column(default=None)
+    id_alphabet: Mapped[str | None] = mapped_column(String(16), default=None)
 
     partner: Mapped[Partner] = relationship(back_populates="namespaces")
+
+    @property
+    def id_policy(self) -> IdPolicy | None:
+        if self.id_min_length is None and self.id_alphabet is None:
+            return None
+        return IdPolicy(self.name, self.id_min_length or 0, self.id_alphabet)

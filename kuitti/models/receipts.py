@@ -5,7 +5,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text, text
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text, false, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from kuitti.db import Base, UTF8Text
@@ -70,13 +70,32 @@ class Receipt(Base):
 
 
 class ReceiptLink(Base):
-    """A RECEIPT_ID token: the receipt identifier is unique within its namespace."""
+    """A RECEIPT_ID token: the receipt identifier is unique within its namespace.
+
+    ``shareable``: the merchant marked the token ``"shareable": true``, so any number of
+    accounts may import the receipt through this link; otherwise the first account to import
+    it holds it (``ReceiptClaim``)."""
 
     __tablename__ = "receipt_links"
 
     namespace: Mapped[str] = mapped_column(ForeignKey("namespaces.name"), primary_key=True)
     identifier: Mapped[str] = mapped_column(String(200), primary_key=True)
     receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"), index=True)
+    # A server default only: the ingest writer's batch inserts name no column it does not set.
+    shareable: Mapped[bool] = mapped_column(server_default=false())
+
+
+class ReceiptClaim(Base):
+    """The account that holds a receipt reached through a namespace link, which a merchant's
+    guessable identifier may expose to anyone (docs/security.md, "Namespace links"): written
+    by the first import through a link that is not shareable, and never changed. The primary
+    key makes the claim race-free: of two imports at once, one row wins."""
+
+    __tablename__ = "receipt_claims"
+
+    receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"), primary_key=True)
+    user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id"), index=True)
+    claimed_at: Mapped[datetime]
 
 
 class GrantReason(StrEnum):

@@ -125,6 +125,14 @@ def partner_update(
     attachments: Annotated[
         bool | None, typer.Option("--attachments/--no-attachments", help="Premium attachments.")
     ] = None,
+    id_policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAMESPACE:min-length=N,alphabet=A (digits, hex, base32, alnum, base64url; "
+            "either part may be left out): receipt identifiers that break it are refused with "
+            "invalid_token. NAMESPACE:none removes it."
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Change a partner's settings; prints the partner as 'partner list' shows it."""
@@ -141,6 +149,7 @@ def partner_update(
                 add_redirect_uris=add_redirect_uri or [],
                 remove_redirect_uris=remove_redirect_uri or [],
                 attachments=attachments,
+                id_policies=id_policy or [],
                 allow_insecure_webhooks=services.settings.webhook_allow_insecure,
             )
             data = partners.partner_summary(partner)

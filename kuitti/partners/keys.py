@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from kuitti.db import Database, database_of
 from kuitti.errors import Forbidden, Unauthorized, UnsupportedMediaType
-from kuitti.models import Namespace, Partner, PartnerRole
+from kuitti.models import IdPolicy, Namespace, Partner, PartnerRole
 from kuitti.security import hash_secret
 
 MISSING_KEY = "Send the partner API key as 'Authorization: Token <API_KEY>'."
@@ -84,6 +84,8 @@ class KeyHolder:
     attachments_enabled: bool
     sandbox: bool
     namespace_names: frozenset[str]
+    # The receipt identifier policies of its namespaces that have one (kuitti.delivery.idpolicy).
+    id_policies: frozenset[IdPolicy] = frozenset()
 
     def has_role(self, role: PartnerRole) -> bool:
         return role.value in self.roles
@@ -98,6 +100,8 @@ _KEY_HOLDER = (
         Partner.attachments_enabled,
         Partner.sandbox,
         Namespace.name,
+        Namespace.id_min_length,
+        Namespace.id_alphabet,
     )
     .outerjoin(Namespace, Namespace.partner_id == Partner.id)
     .where(
@@ -116,7 +120,7 @@ def current_key_holders(session: Session, digests: set[str]) -> dict[str, KeyHol
     for digest in digests:
         rows = db.session_rows(session, _KEY_HOLDER, {"digest": digest})
         if rows:
-            partner_id, _, roles, attachments_enabled, sandbox, _ = rows[0]
+            partner_id, _, roles, attachments_enabled, sandbox, *_ = rows[0]
             holders[digest] = KeyHolder(
                 id=partner_id,
                 key_digest=digest,
@@ -124,6 +128,11 @@ def current_key_holders(session: Session, digests: set[str]) -> dict[str, KeyHol
                 attachments_enabled=attachments_enabled,
                 sandbox=sandbox,
                 namespace_names=frozenset(row[5] for row in rows if row[5] is not None),
+                id_policies=frozenset(
+                    IdPolicy(row[5], row[6] or 0, row[7])
+                    for row in rows
+                    if row[6] is not None or row[7] is not None
+                ),
             )
     return holders
 

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from kuitti import security
 from kuitti.clock import iso_utc
+from kuitti.delivery.idpolicy import parse_policy, policy_text
 from kuitti.ids import new_id
 from kuitti.models import Namespace, Partner, PartnerRole
 
@@ -147,10 +148,13 @@ def update_partner(
     add_redirect_uris: list[str] = (),  # type: ignore[assignment]
     remove_redirect_uris: list[str] = (),  # type: ignore[assignment]
     attachments: bool | None = None,
+    id_policies: list[str] = (),  # type: ignore[assignment]
     allow_insecure_webhooks: bool = False,
 ) -> Partner:
     """Change the settings given (None: unchanged). A new webhook URL keeps the webhook key:
-    the receiver verifies signatures as before (``rotate`` issues a new key)."""
+    the receiver verifies signatures as before (``rotate`` issues a new key). ``id_policies``:
+    ``NAMESPACE:POLICY`` each, the receipt identifier policy of one of the partner's
+    namespaces (``kuitti.delivery.idpolicy``; ``NAMESPACE:none`` removes it)."""
     if name is not None:
         if not name.strip():
             raise PartnerInputError("name must not be empty")
@@ -176,8 +180,26 @@ def update_partner(
     partner.redirect_uris = uris + [uri for uri in add_redirect_uris if uri not in uris]
     if attachments is not None:
         partner.attachments_enabled = attachments
+    for spec in id_policies:
+        _set_id_policy(partner, spec)
     session.flush()
     return partner
+
+
+def _set_id_policy(partner: Partner, spec: str) -> None:
+    name, sep, text = spec.partition(":")
+    namespace = next((ns for ns in partner.namespaces if ns.name == name), None)
+    if not sep or namespace is None:
+        raise PartnerInputError(
+            f"--id-policy {spec!r}: write NAMESPACE:POLICY, NAMESPACE one of this partner's "
+            f"namespaces ({', '.join(partner.namespace_names) or 'it has none'})"
+        )
+    try:
+        policy = parse_policy(name, text)
+    except ValueError as exc:
+        raise PartnerInputError(f"--id-policy {spec!r}: {exc}") from None
+    namespace.id_min_length = policy.min_length if policy else None
+    namespace.id_alphabet = policy.alphabet if policy else None
 
 
 def rotate_secret(
@@ -223,6 +245,7 @@ def partner_summary(partner: Partner) -> dict[str, Any]:
         "roles": list(partner.roles),
         "client_id": partner.client_id,
         "namespaces": partner.namespace_names,
+        "id_policies": {p.namespace: policy_text(p) for p in sorted(partner.id_policies)},
         "redirect_uris": list(partner.redirect_uris),
         "webhook_url": partner.webhook_url,
         "attachments": partner.attachments_enabled,

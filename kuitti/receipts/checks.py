@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from kuitti import locks
 from kuitti.config import Settings
 from kuitti.delivery import links
+from kuitti.delivery.idpolicy import refuse_weak_identifiers
 from kuitti.errors import ErrorDetail, InvalidRequest
 from kuitti.inputs import json_path
 from kuitti.models import Partner, Receipt, ReceiptLink
@@ -32,7 +33,9 @@ from kuitti.receipts.validation import ReceiptRequest, Token, TokenType, parse_r
 
 def check_body(body: bytes, partner: Partner | KeyHolder) -> ReceiptRequest:
     """The body's JSON, shape, rules and token syntax, for this partner (``InvalidRequest``)."""
-    return parse_receipt_request(body, attachments_enabled=partner.attachments_enabled)
+    request = parse_receipt_request(body, attachments_enabled=partner.attachments_enabled)
+    refuse_weak_identifiers(request.tokens, partner.id_policies)
+    return request
 
 
 @dataclass

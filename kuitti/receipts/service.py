@@ -210,7 +210,10 @@ def _store(
         assert plan.token.namespace is not None
         session.add(
             ReceiptLink(
-                namespace=plan.token.namespace, identifier=plan.token.value, receipt_id=receipt.id
+                namespace=plan.token.namespace,
+                identifier=plan.token.value,
+                receipt_id=receipt.id,
+                shareable=plan.token.shareable,
             )
         )
     original = (
@@ -446,8 +449,13 @@ def _plain_rows(
             "reason": GrantReason.POSTED,
         },
         links=[
-            {"namespace": namespace, "identifier": identifier, "receipt_id": receipt_id}
-            for namespace, identifier in ids
+            {
+                "namespace": token.namespace,
+                "identifier": token.value,
+                "receipt_id": receipt_id,
+                "shareable": token.shareable,
+            }
+            for token in request.tokens  # every one a RECEIPT_ID token (above)
         ],
         payments=card_payment_rows(receipt_id, doc, sandbox=holder.sandbox, now=now),
         record=record,

@@ -62,12 +62,14 @@ class TokenType(StrEnum):
 
 @dataclass(frozen=True)
 class Token:
-    """One delivery token. For USER tokens ``value`` holds the JWT (posted as ``token``)."""
+    """One delivery token. For USER tokens ``value`` holds the JWT (posted as ``token``).
+    ``shareable``: a RECEIPT_ID link any number of accounts may import (docs/delivery.md)."""
 
     type: TokenType
     value: str
     id: str | None = None
     namespace: str | None = None
+    shareable: bool = False
 
 
 @dataclass(frozen=True)
@@ -326,6 +328,11 @@ def parse_token(raw: object) -> Token:
         raise ValueError(f"namespace is required for a {token_type} token.")
     if token_type is TokenType.RECEIPT_ID and len(value) > 200:
         raise ValueError("a receipt identifier has at most 200 characters.")
+    shareable = raw.get("shareable") if token_type is TokenType.RECEIPT_ID else None
+    if shareable is None:  # absent, or null as for the other keys
+        shareable = False
+    elif not isinstance(shareable, bool):
+        raise ValueError("shareable must be true or false.")
     if token_type is TokenType.CARD and not fields["id"]:
         raise ValueError("id (the partner_card_id) is required for a CARD token.")
     if token_type is TokenType.CARD and contains_card_number(value):
@@ -337,7 +344,7 @@ def parse_token(raw: object) -> Token:
             raise ValueError(f"value is not a valid e-mail address ({exc}).") from None
     if token_type is TokenType.USER and not _looks_like_jwt(value):
         raise ValueError("token is not a JSON Web Token (header.payload.signature).")
-    return Token(token_type, value, fields["id"], fields["namespace"])
+    return Token(token_type, value, fields["id"], fields["namespace"], shareable)
 
 
 def _looks_like_jwt(value: str) -> bool:

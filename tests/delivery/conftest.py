@@ -26,7 +26,8 @@ def user(services: Services) -> User:
 
 @pytest.fixture(autouse=True)
 def fresh_link_rate_limit(live_server: LiveServer) -> None:
-    """Every test starts at the same frozen minute, so the shared server's per-client link limit
-    would otherwise count requests across tests."""
+    """Every test starts at the same frozen minute, so the shared server's per-client link
+    limits would otherwise count requests across tests."""
     app: Any = live_server.server.config.app
     app.state.services.link_rate_limiter.clear()
+    app.state.services.link_misses.clear()
