@@ -353,13 +353,13 @@ def _sort_postings(session: Session, batch: list[Prepared]) -> tuple[list[int], 
         session,
         ReceiptLink.namespace,
         ReceiptLink.identifier,
-        {value for p in batch for _, value in p.receipt_ids},
+        {pair for p in batch for pair in p.receipt_ids},
     )
     used_keys = _taken(
         session,
         IdempotencyRecord.partner_id,
         IdempotencyRecord.key,
-        {p.idempotency.key for p in batch if p.idempotency is not None},
+        {(p.holder.id, p.idempotency.key) for p in batch if p.idempotency is not None},
     )
     together: list[int] = []
     alone: list[int] = []
@@ -380,12 +380,18 @@ def _taken(
     session: Session,
     owner: InstrumentedAttribute[Any],
     name: InstrumentedAttribute[str],
-    names: set[str],
+    pairs: set[tuple[Any, str]],
 ) -> set[tuple[Any, Any]]:
-    """The (owner, name) pairs of a two-column key already stored, among ``names``."""
-    if not names:
+    """The pairs among ``pairs`` already stored in a table whose primary key is (``owner``,
+    ``name``). Both columns are named, so both databases search the key instead of scanning
+    (a row-value ``IN`` of the pairs is scanned by SQLite): every owner asked with every name
+    asked, then only the pairs asked are kept."""
+    if not pairs:
         return set()
-    return {(row[0], row[1]) for row in session.execute(select(owner, name).where(name.in_(names)))}
+    query = select(owner, name).where(
+        owner.in_({o for o, _ in pairs}), name.in_({n for _, n in pairs})
+    )
+    return {(row[0], row[1]) for row in session.execute(query)} & pairs
 
 
 def _plain_rows(
