@@ -13,7 +13,9 @@ The request path (docs/architecture.md, "The receipt post"):
    also lets them gather for a moment before it starts (``GATHER_AT_LEAST``).
 3. If the batch fails as a whole (a unique row taken by another process meanwhile, a database
    error), it is rolled back and each posting is written alone, so one bad receipt fails only
-   its own request.
+   its own request. A posting alone that lost the race for its RECEIPT_ID or idempotency key
+   is written again, which finds the winner's rows: it answers as the winner's resend or
+   replay, or with the documented conflict.
 
 Every 200 is sent after the commit that stored it; a crash before the commit loses the
 requests in flight, which then never got an answer. An error answered from step 1 with a
@@ -52,6 +54,7 @@ from kuitti.receipts.service import (
     Posting,
     Prepared,
     create_receipts,
+    lost_race,
     prepare_posting,
     stored_receipts,
 )
@@ -220,20 +223,26 @@ def _validated(
 
 
 def write_batch(db: Database, settings: Settings, postings: list[Prepared]) -> list[Outcome]:
-    """Store ``postings`` in one transaction; if it fails as a whole, each one alone."""
-    try:
-        with db.session() as session:
-            outcomes = create_receipts(session, settings, postings)
-            stored = stored_receipts(session)
-        RECEIPTS_CREATED.inc(stored)  # committed
-        INGEST_BATCH.observe(len(postings))
-        return outcomes
-    except Exception as exc:
-        if len(postings) == 1:
-            return [Outcome(error=exc)]
-        log.warning(
-            "receipt batch failed; writing its receipts one by one",
-            receipts=len(postings),
-            error=type(exc).__name__,
-        )
+    """Store ``postings`` in one transaction; if it fails as a whole, each one alone. A posting
+    alone that lost a race for a unique row to another process's transaction (``lost_race``)
+    is written again, and then gets the winner's answer or the documented conflict."""
+    for attempt in range(ATTEMPTS):
+        try:
+            with db.session() as session:
+                outcomes = create_receipts(session, settings, postings)
+                stored = stored_receipts(session)
+            RECEIPTS_CREATED.inc(stored)  # committed
+            INGEST_BATCH.observe(len(postings))
+            return outcomes
+        except Exception as exc:
+            if len(postings) == 1:
+                if attempt + 1 < ATTEMPTS and lost_race(exc):
+                    continue
+                return [Outcome(error=exc)]
+            log.warning(
+                "receipt batch failed; writing its receipts one by one",
+                receipts=len(postings),
+                error=type(exc).__name__,
+            )
+            break
     return [write_batch(db, settings, [posting])[0] for posting in postings]

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from kuitti import locks
@@ -334,6 +335,18 @@ def create_receipts(session: Session, settings: Settings, batch: list[Prepared])
             outcomes[current[i]].error = exc
             session.info[_STORED] = stored_before  # its savepoint was rolled back
     return outcomes
+
+
+def lost_race(error: BaseException) -> bool:
+    """Whether ``error`` is PostgreSQL's unique violation or deadlock: another transaction
+    stored the same RECEIPT_ID or idempotency key first (a batch's plain inserts take no lock)
+    and has committed, or the two waited for each other. Writing the posting again in a new
+    transaction then finds the winner's rows and answers as a resend, a replay or the
+    documented conflict. SQLite has one writer at a time: its writers never race."""
+    return isinstance(error, DBAPIError) and getattr(error.orig, "sqlstate", None) in {
+        "23505",  # unique_violation
+        "40P01",  # deadlock_detected
+    }
 
 
 def _receipt_ids(request: ReceiptRequest) -> list[tuple[str, str]]:
