@@ -68,9 +68,9 @@ GATHER_AT_LEAST = 16
 until this many wait, for at most ``GATHER_SECONDS``, before it takes the next batch. A batch
 has a fixed cost (a transaction, its statements, the hop to the writer's thread and back: about
 1.5–2 ms of the writer's and PostgreSQL's CPU together), and a writer that takes whatever waits
-runs as often as it can, so under load many batches held one to four postings and that cost
-was paid again and again (docs/performance.md, "Twentieth round"). At light load (smaller
-batches) a posting is written at once; only the first after a burst may wait the moment."""
+runs as often as it can: under load it would pay that cost for batches of one to four
+postings (docs/performance.md). At light load (smaller batches) a posting is written at once;
+only the first after a burst may wait the moment."""
 GATHER_SECONDS = 0.004
 
 
