@@ -13,7 +13,9 @@ The request path (docs/architecture.md, "The receipt post"):
    also lets them gather for a moment before it starts (``GATHER_AT_LEAST``).
 3. If the batch fails as a whole (a unique row taken by another process meanwhile, a database
    error), it is rolled back and each posting is written alone, so one bad receipt fails only
-   its own request.
+   its own request. A posting alone that lost the race for its RECEIPT_ID or idempotency key
+   is written again, which finds the winner's rows: it answers as the winner's resend or
+   replay, or with the documented conflict.
 
 Every 200 is sent after the commit that stored it; a crash before the commit loses the
 requests in flight, which then never got an answer. An error answered from step 1 with a
@@ -58,6 +60,7 @@ from kuitti.receipts.service import (
     Posting,
     Prepared,
     create_receipts,
+    lost_race,
     prepare_posting,
     stored_receipts,
 )
@@ -71,9 +74,9 @@ GATHER_AT_LEAST = 16
 until this many wait, for at most ``GATHER_SECONDS``, before it takes the next batch. A batch
 has a fixed cost (a transaction, its statements, the hop to the writer's thread and back: about
 1.5–2 ms of the writer's and PostgreSQL's CPU together), and a writer that takes whatever waits
-runs as often as it can, so under load many batches held one to four postings and that cost
-was paid again and again (docs/performance.md, "Twentieth round"). At light load (smaller
-batches) a posting is written at once; only the first after a burst may wait the moment."""
+runs as often as it can: under load it would pay that cost for batches of one to four
+postings (docs/performance.md). At light load (smaller batches) a posting is written at once;
+only the first after a burst may wait the moment."""
 GATHER_SECONDS = 0.004
 
 
@@ -226,22 +229,30 @@ def _validated(
 
 
 def write_batch(db: Database, settings: Settings, postings: list[Prepared]) -> list[Outcome]:
-    """Store ``postings`` in one transaction; if it fails as a whole, each one alone."""
-    try:
-        with db.session() as session:
-            outcomes = create_receipts(session, settings, postings)
-            stored = stored_receipts(session)
-        RECEIPTS_CREATED.inc(stored)  # committed
-        INGEST_BATCH.observe(len(postings))
-        return outcomes
-    except Exception as exc:
-        if len(postings) == 1 or isinstance(exc, DatabaseUnavailable):
-            # Alone, or the database away: each posting is answered this error (a 503 for the
-            # latter, which writing them one by one would only repeat).
-            return [Outcome(error=exc) for _ in postings]
-        log.warning(
-            "receipt batch failed; writing its receipts one by one",
-            receipts=len(postings),
-            error=type(exc).__name__,
-        )
+    """Store ``postings`` in one transaction; if it fails as a whole, each one alone. A posting
+    alone that lost a race for a unique row to another process's transaction (``lost_race``)
+    is written again, and then gets the winner's answer or the documented conflict."""
+    for attempt in range(ATTEMPTS):
+        try:
+            with db.session() as session:
+                outcomes = create_receipts(session, settings, postings)
+                stored = stored_receipts(session)
+            RECEIPTS_CREATED.inc(stored)  # committed
+            INGEST_BATCH.observe(len(postings))
+            return outcomes
+        except Exception as exc:
+            if isinstance(exc, DatabaseUnavailable):
+                # The database away: each posting is answered this error (a 503), which writing
+                # them one by one would only repeat.
+                return [Outcome(error=exc) for _ in postings]
+            if len(postings) == 1:
+                if attempt + 1 < ATTEMPTS and lost_race(exc):
+                    continue
+                return [Outcome(error=exc)]
+            log.warning(
+                "receipt batch failed; writing its receipts one by one",
+                receipts=len(postings),
+                error=type(exc).__name__,
+            )
+            break
     return [write_batch(db, settings, [posting])[0] for posting in postings]

@@ -12,8 +12,8 @@ links, its deliveries and the outbox rows they cause commit together or not at a
 - ``create_receipt`` stores one receipt, whatever its tokens: resends and duplicates of a
   RECEIPT_ID, idempotent replays, delivery through QR codes, cards, user tokens and e-mail.
 
-Why one long module: the batch's plain inserts and ``create_receipt`` must store a receipt the
-same way (the same rows, the same answer), and are easiest to keep so side by side.
+Both store a new receipt's rows as ``receipt_rows`` builds them; ``create_receipt`` then adds
+what only some receipts need (a return's link to its original, token deliveries).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from typing import Any
 
 import orjson
 from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from kuitti import locks
-from kuitti.cards.matching import card_payment_inserts, card_payment_rows, record_card_payments
+from kuitti.cards.matching import card_payment_inserts, card_payment_rows
 from kuitti.config import Settings
 from kuitti.db import database_of
 from kuitti.delivery import links
@@ -143,16 +144,7 @@ def create_receipt(
         result = _store(session, settings, partner, request, checked.plans, now=now)
     body = result.as_json()
     if idempotency is not None:
-        session.add(
-            IdempotencyRecord(
-                partner_id=partner.id,
-                key=idempotency.key,
-                request_hash=idempotency.request_hash,
-                status_code=200,
-                response_body=orjson.dumps(body).decode(),
-                created_at=now,
-            )
-        )
+        session.add(IdempotencyRecord(**_idempotency_row(partner.id, idempotency, body, now)))
     return 200, body
 
 
@@ -180,48 +172,21 @@ def _store(
     *,
     now: datetime,
 ) -> CreatedReceipt:
-    doc = request.receipt
-    receipt = Receipt(
-        id=new_id(),
-        partner_id=partner.id,
-        document=orjson.dumps(request.document).decode(),
-        document_hash=request.resend_hash,
-        receipt_number=doc.receiptNumber,
-        receipt_time=doc.receipt_time,
-        receipt_timestamp=doc.receiptTimeStamp,
-        merchant_name=doc.merchant.name,
-        total=doc.totalPriceIncVAT,
-        currency=doc.currencyISOCode,
-        created_at=now,
-        sandbox=partner.sandbox,
-    )
+    """Store a new receipt's rows, then what only some receipts need: the link of a return to
+    its original, and the deliveries of its tokens."""
+    rows = receipt_rows(partner, request, _receipt_ids(request), [], now=now)
+    receipt = Receipt(**rows.receipt)
     session.add(receipt)
-    # A new receipt has no grants yet: the poster's needs no existence check.
-    session.add(
-        ReceiptGrant(
-            partner_id=partner.id,
-            receipt_id=receipt.id,
-            receipt_time=receipt.receipt_time,
-            reason=GrantReason.POSTED,
-        )
-    )
+    session.add(ReceiptGrant(**rows.grant))
     session.flush()
-    for plan in plans:
-        assert plan.token.namespace is not None
-        session.add(
-            ReceiptLink(
-                namespace=plan.token.namespace,
-                identifier=plan.token.value,
-                receipt_id=receipt.id,
-                shareable=plan.token.shareable,
-            )
-        )
+    session.add_all([ReceiptLink(**link) for link in rows.links])
+    doc = request.receipt
     original = (
         returns.link_return(session, partner, receipt, doc, now=now) if doc.names_original else None
     )
     statuses = deliver_tokens(session, settings, receipt, request.tokens, now=now)
-    receipt.token_statuses = [{"type": t.type.value, "status": t.status} for t in statuses]
-    record_card_payments(session, receipt, doc, now=now)
+    receipt.token_statuses = _statuses_json(statuses)
+    database_of(session).insert_rows(session, card_payment_inserts(session, rows.payments))
     _count_stored(session, 1)
     return CreatedReceipt(
         receipt_id=receipt.id,
@@ -233,19 +198,98 @@ def _store(
 
 
 @dataclass(frozen=True)
+class ReceiptRows:
+    """The rows that store one new receipt, whichever path stores it (``receipt_rows``)."""
+
+    receipt: dict[str, Any]
+    grant: dict[str, Any]
+    """The poster's grant: a new receipt has no grants yet, so it needs no existence check."""
+    links: list[dict[str, Any]]
+    payments: list[dict[str, Any]]
+    """Its CARD payments (``card_payment_inserts`` adds their matching queue entries)."""
+
+
+def receipt_rows(
+    poster: Partner | KeyHolder,
+    request: ReceiptRequest,
+    ids: list[tuple[str, str]],
+    statuses: list[TokenStatus],
+    *,
+    now: datetime,
+) -> ReceiptRows:
+    """The rows of a new receipt of ``request`` posted by ``poster``, linked under its
+    RECEIPT_IDs ``ids`` (namespace, identifier), its tokens' ``statuses`` as far as known.
+
+    The one builder of a receipt's rows: the batch inserts them as they are, ``_store`` as
+    models, before it adds what only some receipts need."""
+    doc = request.receipt
+    receipt_id = new_id()
+    shareable = {(t.namespace, t.value) for t in request.tokens if t.shareable}
+    return ReceiptRows(
+        receipt={
+            "id": receipt_id,
+            "partner_id": poster.id,
+            "document": orjson.dumps(request.document),  # UTF8Text: bytes go in as they are
+            "document_hash": request.resend_hash,
+            "receipt_number": doc.receiptNumber,
+            "receipt_time": doc.receipt_time,
+            "receipt_timestamp": doc.receiptTimeStamp,
+            "merchant_name": doc.merchant.name,
+            "total": doc.totalPriceIncVAT,
+            "currency": doc.currencyISOCode,
+            "token_statuses": _statuses_json(statuses),
+            "return_count": 0,
+            "created_at": now,
+            "sandbox": poster.sandbox,
+        },
+        grant={
+            "id": new_id(),
+            "partner_id": poster.id,
+            "receipt_id": receipt_id,
+            "receipt_time": doc.receipt_time,
+            "reason": GrantReason.POSTED,
+        },
+        links=[
+            {
+                "namespace": namespace,
+                "identifier": identifier,
+                "receipt_id": receipt_id,
+                "shareable": (namespace, identifier) in shareable,
+            }
+            for namespace, identifier in ids
+        ],
+        payments=card_payment_rows(receipt_id, doc, sandbox=poster.sandbox, now=now),
+    )
+
+
+def _statuses_json(statuses: list[TokenStatus]) -> list[dict[str, Any]]:
+    return [{"type": t.type.value, "status": t.status} for t in statuses]
+
+
+def _idempotency_row(
+    partner_id: uuid.UUID, idempotency: IdempotencyKey, body: dict[str, Any], now: datetime
+) -> dict[str, Any]:
+    """The record of a post's first answer ``body``, replayed for the same key and body."""
+    return {
+        "partner_id": partner_id,
+        "key": idempotency.key,
+        "request_hash": idempotency.request_hash,
+        "status_code": 200,
+        "response_body": orjson.dumps(body).decode(),
+        "created_at": now,
+    }
+
+
+@dataclass(frozen=True)
 class PlainRows:
     """The rows of a posting that needs nothing but rows of its own (no token but RECEIPT_ID of
     its own namespaces, no identifier twice, no original named), and its answer.
 
-    Built by ``prepare_posting``, outside the writer's transaction: on SQLite the transaction
-    holds the database's one write lock, and every other process's writer waits for it, so
-    nothing that needs no database is done inside it (docs/performance.md, "Eighth round",
-    4)."""
+    Built by ``prepare_posting``, outside the writer's transaction: on SQLite that transaction
+    holds the database's one write lock, which every other process's writer waits for, so it
+    does nothing that needs no database."""
 
-    receipt: dict[str, Any]
-    grant: dict[str, Any]
-    links: list[dict[str, Any]]
-    payments: list[dict[str, Any]]
+    rows: ReceiptRows
     record: dict[str, Any] | None
     answer: tuple[int, dict[str, Any]]
 
@@ -257,10 +301,9 @@ class Prepared:
 
     A posting with rows keeps its body rather than its request, so that the parsed document and
     its models are freed on the event loop as soon as the rows are built, while they are still
-    in the CPU's caches, instead of after the commit: in alternated pairs a post cost a median
-    9 % less CPU (docs/performance.md, "Fifteenth round"). The rare posting with rows that
-    ``create_receipt`` must store after all (its RECEIPT_ID or idempotency key was taken
-    meanwhile) is read again from its body."""
+    in the CPU's caches, instead of after the commit (docs/performance.md). The rare posting
+    with rows that ``create_receipt`` must store after all (its RECEIPT_ID or idempotency key
+    was taken meanwhile) is read again from its body."""
 
     holder: KeyHolder
     now: datetime
@@ -339,6 +382,18 @@ def create_receipts(session: Session, settings: Settings, batch: list[Prepared])
     return outcomes
 
 
+def lost_race(error: BaseException) -> bool:
+    """Whether ``error`` is PostgreSQL's unique violation or deadlock: another transaction
+    stored the same RECEIPT_ID or idempotency key first (a batch's plain inserts take no lock)
+    and has committed, or the two waited for each other. Writing the posting again in a new
+    transaction then finds the winner's rows and answers as a resend, a replay or the
+    documented conflict. SQLite has one writer at a time: its writers never race."""
+    return isinstance(error, DBAPIError) and getattr(error.orig, "sqlstate", None) in {
+        "23505",  # unique_violation
+        "40P01",  # deadlock_detected
+    }
+
+
 def _receipt_ids(request: ReceiptRequest) -> list[tuple[str, str]]:
     return [
         (t.namespace, t.value)
@@ -356,13 +411,13 @@ def _sort_postings(session: Session, batch: list[Prepared]) -> tuple[list[int], 
         session,
         ReceiptLink.namespace,
         ReceiptLink.identifier,
-        {value for p in batch for _, value in p.receipt_ids},
+        {pair for p in batch for pair in p.receipt_ids},
     )
     used_keys = _taken(
         session,
         IdempotencyRecord.partner_id,
         IdempotencyRecord.key,
-        {p.idempotency.key for p in batch if p.idempotency is not None},
+        {(p.holder.id, p.idempotency.key) for p in batch if p.idempotency is not None},
     )
     together: list[int] = []
     alone: list[int] = []
@@ -383,12 +438,18 @@ def _taken(
     session: Session,
     owner: InstrumentedAttribute[Any],
     name: InstrumentedAttribute[str],
-    names: set[str],
+    pairs: set[tuple[Any, str]],
 ) -> set[tuple[Any, Any]]:
-    """The (owner, name) pairs of a two-column key already stored, among ``names``."""
-    if not names:
+    """The pairs among ``pairs`` already stored in a table whose primary key is (``owner``,
+    ``name``). Both columns are named, so both databases search the key instead of scanning
+    (a row-value ``IN`` of the pairs is scanned by SQLite): every owner asked with every name
+    asked, then only the pairs asked are kept."""
+    if not pairs:
         return set()
-    return {(row[0], row[1]) for row in session.execute(select(owner, name).where(name.in_(names)))}
+    query = select(owner, name).where(
+        owner.in_({o for o, _ in pairs}), name.in_({n for _, n in pairs})
+    )
+    return {(row[0], row[1]) for row in session.execute(query)} & pairs
 
 
 def _plain_rows(
@@ -397,16 +458,16 @@ def _plain_rows(
     """The rows of ``posting`` (whose RECEIPT_IDs are ``ids``) if it needs nothing but rows of
     its own; None otherwise."""
     request, now, holder = posting.request, posting.now, posting.holder
-    doc = request.receipt
     if not (
         all(t.type is TokenType.RECEIPT_ID for t in request.tokens)
         and all(namespace in holder.namespace_names for namespace, _ in ids)
         and len(set(ids)) == len(ids)
-        and not doc.names_original
+        and not request.receipt.names_original
     ):
         return None
-    receipt_id = new_id()
     statuses = [TokenStatus(TokenType.RECEIPT_ID, Status.LINK_CREATED) for _ in ids]
+    rows = receipt_rows(holder, request, ids, statuses, now=now)
+    receipt_id = rows.receipt["id"]
     body = CreatedReceipt(
         receipt_id=receipt_id,
         receipt_links=[links.namespace_link(settings, ns, value) for ns, value in ids],
@@ -415,65 +476,21 @@ def _plain_rows(
     ).as_json()
     record = None
     if posting.idempotency is not None:
-        record = {
-            "partner_id": holder.id,
-            "key": posting.idempotency.key,
-            "request_hash": posting.idempotency.request_hash,
-            "status_code": 200,
-            "response_body": orjson.dumps(body).decode(),
-            "created_at": now,
-        }
-    return PlainRows(
-        receipt={
-            "id": receipt_id,
-            "partner_id": holder.id,
-            "document": orjson.dumps(request.document),  # UTF8Text: bytes go in as they are
-            "document_hash": request.resend_hash,
-            "receipt_number": doc.receiptNumber,
-            "receipt_time": doc.receipt_time,
-            "receipt_timestamp": doc.receiptTimeStamp,
-            "merchant_name": doc.merchant.name,
-            "total": doc.totalPriceIncVAT,
-            "currency": doc.currencyISOCode,
-            "token_statuses": [{"type": t.type.value, "status": t.status} for t in statuses],
-            "return_count": 0,
-            "created_at": now,
-            "sandbox": holder.sandbox,
-        },
-        # A new receipt has no grants yet: the poster's needs no existence check.
-        grant={
-            "id": new_id(),
-            "partner_id": holder.id,
-            "receipt_id": receipt_id,
-            "receipt_time": doc.receipt_time,
-            "reason": GrantReason.POSTED,
-        },
-        links=[
-            {
-                "namespace": token.namespace,
-                "identifier": token.value,
-                "receipt_id": receipt_id,
-                "shareable": token.shareable,
-            }
-            for token in request.tokens  # every one a RECEIPT_ID token (above)
-        ],
-        payments=card_payment_rows(receipt_id, doc, sandbox=holder.sandbox, now=now),
-        record=record,
-        answer=(200, body),
-    )
+        record = _idempotency_row(holder.id, posting.idempotency, body, now)
+    return PlainRows(rows=rows, record=record, answer=(200, body))
 
 
 def _store_together(session: Session, rows: list[PlainRows]) -> None:
     """Insert prepared receipts: one statement per table."""
     if not rows:
         return
-    receipt_links = [link for r in rows for link in r.links]
-    payments = [payment for r in rows for payment in r.payments]
+    receipt_links = [link for r in rows for link in r.rows.links]
+    payments = [payment for r in rows for payment in r.rows.payments]
     database_of(session).insert_rows(
         session,
         {
-            Receipt: [r.receipt for r in rows],
-            ReceiptGrant: [r.grant for r in rows],
+            Receipt: [r.rows.receipt for r in rows],
+            ReceiptGrant: [r.rows.grant for r in rows],
             ReceiptLink: receipt_links,
             IdempotencyRecord: [r.record for r in rows if r.record is not None],
             **card_payment_inserts(session, payments),
