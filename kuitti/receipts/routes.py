@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
@@ -22,8 +22,7 @@ from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, NotFound, Un
 from kuitti.i18n import as_language, negotiate_locale
 from kuitti.models import Partner, Receipt
 from kuitti.oauth.bearer import reading_connection
-from kuitti.partners.auth import service_api_key
-from kuitti.partners.keys import key_digest
+from kuitti.partners.keys import READERS, Credentials
 from kuitti.receipts import readers
 from kuitti.receipts.answers import ReceiptCreated, ReceiptList
 from kuitti.receipts.formats import DataFormat, Rendered
@@ -38,42 +37,40 @@ from kuitti.services import Services
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
 
 
-def _bearer_reader(services: Services, app_key: str | None, authorization: str) -> Reader:
+def _bearer_reader(services: Services, credentials: Credentials) -> Reader:
     """A partner app reading on behalf of one of its users (``SERVICE_APIKEY`` +
     ``Authorization: Bearer``)."""
-    if not app_key:
+    if not credentials.app_key:
         raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")
-    token = authorization[7:].strip()
+    token = credentials.bearer
+    assert token is not None
     now = services.clock.now()
     with services.db.session(write=False) as session:
-        app, connection = reading_connection(session, services.settings, app_key, token, now=now)
+        app, connection = reading_connection(
+            session, services.settings, credentials.app_key, token, now=now
+        )
         return Reader(partner_id=app.id, user_id=connection.user_id, sandbox=app.sandbox)
 
 
-def _is_bearer(authorization: str | None) -> TypeGuard[str]:
-    return authorization is not None and authorization.lower().startswith("bearer ")
-
-
-async def _reader(services: Services, headers: Headers) -> Reader:
+async def _reader(services: Services, credentials: Credentials) -> Reader:
     """Who reads: a partner by its key, or a partner app on behalf of a user; 401 otherwise.
     Checked on every request, never remembered: a rotated key or a disabled partner is refused
     at once."""
-    authorization = headers.get("authorization")
-    app_key = service_api_key(headers)
-    if _is_bearer(authorization):
+    if credentials.bearer is not None:
         # The token's check reads through a session.
-        return await services.db.run_read(_bearer_reader, services, app_key, authorization)
-    return await readers.key_reader(services.db, key_digest(authorization or app_key))
+        return await services.db.run_read(_bearer_reader, services, credentials)
+    return await readers.key_reader(services.db, READERS.key_digest(credentials))
 
 
-async def _readable(services: Services, headers: Headers, receipt_id: uuid.UUID) -> ReadableReceipt:
+async def _readable(
+    services: Services, credentials: Credentials, receipt_id: uuid.UUID
+) -> ReadableReceipt:
     """The receipt, if the caller may read it (401, then 404 as ``readers.readable_receipt``)."""
-    authorization = headers.get("authorization")
-    if _is_bearer(authorization):
-        reader = await _reader(services, headers)
+    if credentials.bearer is not None:
+        reader = await _reader(services, credentials)
         return await readers.readable_receipt(services.db, reader, receipt_id)
     # A partner key: its check and the read in one statement.
-    digest = key_digest(authorization or service_api_key(headers))
+    digest = READERS.key_digest(credentials)
     return await readers.readable_receipt_by_key(services.db, digest, receipt_id)
 
 
@@ -247,20 +244,19 @@ async def list_receipts(request: Request) -> Response:
     # async, with no dependencies: a partner key's page is one statement, its key check
     # included, read from the event loop (``Database.read_rows_async``) with no thread hop.
     services = get_services(request)
-    headers = request.headers
+    credentials = Credentials.of(request.headers)
     try:
         asked = _list_request(request.query_params)
     except (KuittiError, RequestValidationError):
-        await _reader(services, headers)  # the caller first: 401 before 400
+        await _reader(services, credentials)  # the caller first: 401 before 400
         raise
-    authorization = headers.get("authorization")
-    if _is_bearer(authorization):
-        reader = await _reader(services, headers)
+    if credentials.bearer is not None:
+        reader = await _reader(services, credentials)
         page = await readers.list_receipts(
             services.db, reader, since=asked.since, limit=asked.limit, after=asked.after
         )
     else:
-        digest = key_digest(authorization or service_api_key(headers))
+        digest = READERS.key_digest(credentials)
         page = await readers.list_receipts_by_key(
             services.db, digest, since=asked.since, limit=asked.limit, after=asked.after
         )
@@ -375,12 +371,13 @@ async def _receipt_answer(
     receipt_id: str,
     data_format: str,
 ) -> Response | _Unrendered:
+    credentials = Credentials.of(headers)
     try:
         asked = _read_request(headers, query, receipt_id, data_format)
     except (KuittiError, RequestValidationError):
-        await _reader(services, headers)  # the caller first: 401 before 400 or 404
+        await _reader(services, credentials)  # the caller first: 401 before 400 or 404
         raise
-    found = await _readable(services, headers, asked.receipt_id)
+    found = await _readable(services, credentials, asked.receipt_id)
     tag = etag(found, found.poster, asked.fmt, layout=asked.layout, locale=asked.locale)
     if asked.if_none_match and _etag_matches(asked.if_none_match, tag):
         return Response(status_code=304, headers=_answer_headers(tag))
