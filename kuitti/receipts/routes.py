@@ -27,7 +27,7 @@ from kuitti.receipts import readers
 from kuitti.receipts.answers import ReceiptCreated, ReceiptList
 from kuitti.receipts.formats import DataFormat, Rendered
 from kuitti.receipts.formats.layout import Layout
-from kuitti.receipts.formats.rendering import cached, etag, render
+from kuitti.receipts.formats.rendering import FORMATS, cached, etag, render
 from kuitti.receipts.ingest import IDEMPOTENCY_KEY_MAX, Ingest
 from kuitti.receipts.readers import ReadableReceipt, Reader
 from kuitti.receipts.relations import relations
@@ -283,24 +283,20 @@ def _list_request(query: Mapping[str, str]) -> _ListRequest:
     return _ListRequest(params.since, params.limit, after)
 
 
+_MEDIA_TYPES = dict.fromkeys(row.media_type.partition(";")[0] for row in FORMATS.values())
+
+
 @router.get(
     "/{receipt_id}/{data_format}/",
     summary="Get a receipt in one format",
     description=(
-        "Formats: `service_json` (the document as posted), `service_pdf` (PDF/A-3 with the JSON "
-        "embedded; `layout=a4` or `roll`), `finvoice_xml` (Finvoice 3.0, ISO-8859-15), "
-        "`finvoice_pdf` (the Finvoice drawn as a Finnish invoice). PDF labels follow `lang` "
-        "(fi, sv, en) or else `Accept-Language`. Every answer carries a strong `ETag`; send it "
-        "back in `If-None-Match` to get 304 without a body."
+        "Formats: "
+        + ", ".join(f"`{fmt}` ({row.description})" for fmt, row in FORMATS.items())
+        + ". PDF labels follow `lang` (fi, sv, en) or else `Accept-Language`. Every answer "
+        "carries a strong `ETag`; send it back in `If-None-Match` to get 304 without a body."
     ),
     responses={
-        200: {
-            "content": {
-                "application/json": {},
-                "application/pdf": {},
-                "application/xml": {},
-            }
-        },
+        200: {"content": {media: {} for media in _MEDIA_TYPES}},
         304: {"description": "Not modified (If-None-Match matched the ETag)."},
         404: {"description": "No such receipt, or the caller may not see it."},
         409: {"description": "finvoice_unavailable: the poster has no bank account (IBAN)."},
