@@ -11,45 +11,25 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from starlette.routing import Route
-from starlette.types import Message
 
 from kuitti.app import ROUTERS, create_app
 from kuitti.front import FRONT_DOCUMENTED, FRONT_ROUTES
 from kuitti.models import PartnerRole
 from kuitti.services import Services
 from tests.factories import auth, make_partner, metric, receipt_doc
+from tests.test_dispatch import _answer
 
 URL = "/api/v1/receipts/"
-
-
-def _status(app: Any, method: str, path: str) -> int:
-    """The status ``app`` (an ASGI app) answers a request without credentials with."""
-    scope: dict[str, Any] = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-        "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
-        "headers": [(b"host", b"test"), (b"content-type", b"application/json")],
-    }  # fmt: skip
-    messages: list[Message] = []
-
-    async def receive() -> Message:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: Message) -> None:
-        messages.append(message)
-
-    asyncio.run(app(scope, receive, send))
-    return int(messages[0]["status"])
 
 
 def test_the_router_has_no_stand_in_for_a_front_door_route(services: Services) -> None:
     """FastAPI's router itself (the middleware and the front door bypassed) does not take a
     front door route's method and path: its 405 is the router's answer to a method it lacks."""
     app = create_app(services.settings, db=services.db, clock=services.clock)
-    assert _status(app, "POST", URL) == 401  # through the front door
+    assert _answer(app, "POST", URL)[0] == 401  # through the front door
     for route in FRONT_ROUTES:
         for method in route.methods or ():
-            assert _status(app.router, method, route.path) == 405
+            assert _answer(app.router, method, route.path)[0] == 405
 
 
 def test_every_front_door_route_is_documented(services: Services) -> None:
