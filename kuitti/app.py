@@ -1,4 +1,6 @@
-"""create_app(): routers, middleware, error handlers — nothing else."""
+"""create_app(): the routes (FastAPI's routers and the front door's table), the middleware, the
+error handlers, the operations endpoints, and the lifespan that opens the database and starts the
+in-process worker."""
 
 from __future__ import annotations
 
@@ -8,14 +10,12 @@ import gc
 from collections.abc import AsyncIterator
 
 import anyio.to_thread
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp
 
 from kuitti import __version__
 from kuitti.cards.routes import router as cards_router
@@ -24,17 +24,16 @@ from kuitti.config import Settings, load_settings
 from kuitti.db import Database
 from kuitti.dbmigrate import not_ready_reason
 from kuitti.delivery.routes import router as delivery_router
-from kuitti.direct import DirectRoutes
 from kuitti.dispatch import install_dispatch
 from kuitti.errors import ErrorDetail, KuittiError
+from kuitti.front import FRONT_DOCUMENTED, FRONT_ROUTES, FrontDoor
 from kuitti.logs import configure_logging, log
-from kuitti.middleware import RequestContextMiddleware
+from kuitti.middleware import RequestContextMiddleware, TrailingSlashes
 from kuitti.oauth.routes import router as oauth_router
 from kuitti.openapi import add_docs, build_openapi
 from kuitti.paths import STATIC_DIR
 from kuitti.receipts.dry_run import router as dry_run_router
 from kuitti.receipts.ingest import Ingest
-from kuitti.receipts.routes import DIRECT_HANDLERS
 from kuitti.receipts.routes import router as receipts_router
 from kuitti.responses import ORJSONResponse, error_response
 from kuitti.services import Services
@@ -51,17 +50,6 @@ ROUTERS = (
     users_router,
     cards_router,
 )
-
-
-class KuittiAPI(FastAPI):
-    """FastAPI with the routes of ``DIRECT_HANDLERS`` answered in front of its stack
-    (``kuitti.direct``)."""
-
-    def build_middleware_stack(self) -> ASGIApp:
-        routes = [route for router in ROUTERS for route in router.routes]
-        return DirectRoutes(
-            super().build_middleware_stack(), routes, DIRECT_HANDLERS, self.user_middleware
-        )
 
 
 def create_app(
@@ -120,7 +108,7 @@ def create_app(
             # database file and removes it.
             db.dispose()
 
-    app = KuittiAPI(
+    app = FastAPI(
         title="kuitti",
         version=__version__,
         summary="An open digital receipt service.",
@@ -133,15 +121,18 @@ def create_app(
     app.state.services = services
     app.state.ingest = Ingest(services)
     for router in ROUTERS:
-        _add_slash_twins(router)
         app.include_router(router)
     _add_operations_routes(app, services)
     add_docs(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_error_handlers(app)
     install_dispatch(app.router)
+    # The last added runs first: the edge, then the slash, then the front door's table.
+    app.add_middleware(FrontDoor, routes=FRONT_ROUTES)
+    api_routes = [*FRONT_ROUTES, *(route for router in ROUTERS for route in router.routes)]
+    app.add_middleware(TrailingSlashes, routes=api_routes)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
-    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: build_openapi(app, FRONT_DOCUMENTED)  # type: ignore[method-assign]
     return app
 
 
@@ -196,26 +187,6 @@ def _add_operations_routes(app: FastAPI, services: Services) -> None:
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
     def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
-
-
-def _add_slash_twins(router: APIRouter) -> None:
-    """Every API path answers with and without its trailing slash, without a redirect."""
-    if getattr(router, "has_slash_twins", False):
-        return
-    router.has_slash_twins = True  # type: ignore[attr-defined]
-    for route in list(router.routes):
-        if not isinstance(route, APIRoute) or not route.path.startswith("/api/"):
-            continue
-        twin = route.path[:-1] if route.path.endswith("/") else route.path + "/"
-        router.add_api_route(
-            twin.removeprefix(router.prefix),
-            route.endpoint,
-            methods=sorted(route.methods or ()),
-            response_class=route.response_class,
-            include_in_schema=False,
-            dependencies=route.dependencies,
-            status_code=route.status_code,
-        )
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -1,14 +1,18 @@
 """The route of a request found in a table, before FastAPI's router walks its routes.
 
 FastAPI's router tries its routes one by one, each by regular expression, and for a route of an
-included router it does that walk twice (once to pick the router, once inside it). With every API
-path and its slash twin that is about fifty routes, and it was a third of the CPU of a
-``/healthz`` request (docs/performance.md, "The framework floor, every route"). The table is
-built from the app's own routes when the first request comes, so routes are still declared one
-way only and the OpenAPI document does not change. It indexes the routes by the first three
-segments of their path; a request tries, in the router's order, only the routes of its own
-index entry plus those whose first segments hold a parameter, and the first route that takes
-both the path and the method answers, exactly as the router would have chosen it.
+included router it does that walk twice (once to pick the router, once inside it): about half
+of a ``/healthz`` request's CPU and a fifth of a receipt read's (``bench/reading_inprocess.py``
+with the table and without). The table is built from the app's own routes when the first
+request comes, so routes are still declared one way only and the OpenAPI document does not
+change. It indexes the routes by the first three segments of their path; a request tries, in the
+router's order, only the routes of its own index entry plus those whose first segments hold a
+parameter, and the first route that takes both the path and the method answers, exactly as the
+router would have chosen it.
+
+It reads FastAPI's private structures (``effective_candidates``, the ``scope["fastapi"]`` keys)
+and Starlette's ``get_route_path``, so ``pyproject.toml`` holds FastAPI to the minor version
+the tests cover (``tests/test_dispatch.py`` compares the table's choice with the router's).
 
 Routes are declared before the app serves (``create_app``); one added after the first request
 would be found by the router only where the table sends the request there.

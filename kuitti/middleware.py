@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 
 import orjson
 import structlog
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kuitti.ids import random_bytes
@@ -171,3 +173,37 @@ async def refuse(send: Send, status: int, code: str, description: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def route_path(scope: Scope) -> str:
+    """The path the routes see: the request's path without the app's ``root_path``."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+class TrailingSlashes:
+    """Every API path answers with and without its trailing slash, without a redirect
+    (interface, "Paths"): a path under ``/api/`` that no API route takes, whose twin (the same
+    path with its trailing slash added or removed) one does, is answered as the twin. Only the
+    form each route declares is routed, so every route has one path in the table, the router,
+    the metrics and the API document."""
+
+    def __init__(self, app: ASGIApp, *, routes: Iterable[BaseRoute]) -> None:
+        self.app = app
+        api = [r for r in routes if isinstance(r, Route) and r.path.startswith("/api/")]
+        self._literal = frozenset(r.path for r in api if "{" not in r.path)
+        self._patterns = tuple(r.path_regex for r in api if "{" in r.path)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = route_path(scope)
+            if path.startswith("/api/") and not self._declared(path):
+                twin = path[:-1] if path.endswith("/") else path + "/"
+                # "/x//" is nobody's twin: "/x/" is the twin of a route "/x" only.
+                if not path.endswith("//") and self._declared(twin):
+                    scope["path"] = scope["path"][: len(scope["path"]) - len(path)] + twin
+        await self.app(scope, receive, send)
+
+    def _declared(self, path: str) -> bool:
+        return path in self._literal or any(p.match(path) for p in self._patterns)

@@ -11,6 +11,7 @@ operations, since Swagger UI would not send an ``Authorization`` parameter anywa
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from pydantic import TypeAdapter
 from starlette.responses import HTMLResponse
+from starlette.routing import BaseRoute
 from starlette.staticfiles import StaticFiles
 
 from kuitti.receipts.formats.layout import Layout
@@ -170,11 +172,13 @@ def add_docs(app: FastAPI) -> None:
         )
 
 
-def build_openapi(app: FastAPI) -> dict[str, Any]:
+def build_openapi(app: FastAPI, documented: Sequence[BaseRoute] = ()) -> dict[str, Any]:
+    """The document of ``app``'s routes and of the ``documented`` operations it answers in front
+    of FastAPI (``kuitti.front``), which come first."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(
-        title=app.title, version=app.version, summary=app.summary, routes=app.routes
+        title=app.title, version=app.version, summary=app.summary, routes=[*documented, *app.routes]
     )
     components = schema.setdefault("components", {})
     schemas = components.setdefault("schemas", {})

@@ -7,8 +7,7 @@ import asyncio
 import re
 from typing import Any
 
-from fastapi import FastAPI
-from starlette.types import Message
+from starlette.types import ASGIApp, Message
 
 from kuitti.app import ROUTERS, create_app
 from kuitti.dispatch import Dispatch
@@ -32,7 +31,7 @@ def _sample_path(path_format: str) -> str:
     return re.sub(r"\{[a-z_]+(:[a-z]+)?\}", "0b5e1f2a-0000-4000-8000-000000000000", path)
 
 
-def _answer(app: FastAPI, method: str, path: str) -> tuple[int, Any, Any, bytes]:
+def _answer(app: ASGIApp, method: str, path: str) -> tuple[int, Any, Any, bytes]:
     """Status, selected route, path parameters and body of one request without credentials."""
     scope: dict[str, Any] = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
@@ -48,7 +47,10 @@ def _answer(app: FastAPI, method: str, path: str) -> tuple[int, Any, Any, bytes]
     async def send(message: Message) -> None:
         messages.append(message)
 
-    asyncio.run(app(scope, receive, send))
+    async def request() -> None:
+        await app(scope, receive, send)
+
+    asyncio.run(request())
     body = b"".join(m.get("body", b"") for m in messages[1:])
     if b"csrf" in body or path.startswith("/metrics"):
         body = b"<changes from one request to the next>"

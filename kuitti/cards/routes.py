@@ -18,10 +18,10 @@ from kuitti.cards import service
 from kuitti.cards.schemas import parse_card_request, parse_transaction_request
 from kuitti.deps import Now, RawBody, ReadSession, ServicesDep, WriteSession, release_connection
 from kuitti.inputs import parse_json
-from kuitti.models import Partner, PartnerRole
-from kuitti.oauth.bearer import bearer_token, optional_connection
-from kuitti.partners.auth import ServiceApiKey
-from kuitti.partners.keys import key_holder, require_json, require_role
+from kuitti.models import Partner
+from kuitti.oauth.bearer import optional_connection
+from kuitti.partners.auth import RequestCredentials
+from kuitti.partners.keys import CARD_ISSUERS, require_json
 
 router = APIRouter(prefix="/api/v1", tags=["cards"])
 
@@ -61,15 +61,8 @@ _AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _issuer(
-    session: ReadSession,
-    service_apikey: ServiceApiKey,
-    authorization: Annotated[str | None, Header()] = None,
-) -> Partner:
-    key = service_apikey
-    if key is None and bearer_token(authorization) is None:
-        key = authorization
-    holder = require_role(key_holder(session, key), PartnerRole.CARD_ISSUER)
+def _issuer(session: ReadSession, credentials: RequestCredentials) -> Partner:
+    holder = CARD_ISSUERS.holder(session, credentials)
     # The card services act as the partner (its sandbox, its webhook): loaded by the holder's id.
     partner = session.get(Partner, holder.id, options=[raiseload(Partner.namespaces)])
     assert partner is not None
@@ -126,11 +119,13 @@ def enroll_card(
     services: ServicesDep,
     read: ReadSession,
     now: Now,
-    authorization: Annotated[str | None, Header()] = None,
+    credentials: RequestCredentials,
     content_type: Annotated[str | None, Header()] = None,
 ) -> dict[str, Any]:
     request = parse_card_request(_json_body(body, content_type))
-    connection = optional_connection(read, services.settings, authorization, issuer, now=now)
+    connection = optional_connection(
+        read, services.settings, credentials.authorization, issuer, now=now
+    )
     user_id = connection.user_id if connection is not None else None
     read.rollback()  # hand its connection back: the write unit takes one of its own
     with services.db.session() as session:  # the write unit, once the request is accepted

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import Depends, Header
+from fastapi import Depends
 from sqlalchemy.orm import Session
 
 from kuitti.config import Settings
@@ -22,26 +22,19 @@ from kuitti.errors import InsufficientScope, Unauthorized
 from kuitti.models import Connection, Partner
 from kuitti.oauth.scopes import Scope
 from kuitti.oauth.tokens import InvalidToken, verify_access_token
-from kuitti.partners.auth import ServiceApiKey
-from kuitti.partners.keys import KeyHolder, holder_of_digest
-from kuitti.security import hash_secret
+from kuitti.partners.auth import RequestCredentials
+from kuitti.partners.keys import APPS, Credentials, KeyHolder, bearer_token, holder_of_digest
+
+INVALID_APP_KEY = "The SERVICE_APIKEY is missing or not valid."
+BEARER_NEEDED = "Send the user's token as 'Authorization: Bearer <token>'."
 
 
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` header, else None."""
-    if not authorization:
+def app_partner(session: Session, app_key: str | None) -> KeyHolder | None:
+    """The enabled partner of an app key (``SERVICE_APIKEY``), if one was sent."""
+    credentials = Credentials(None, app_key)
+    if credentials.key(*APPS.where) is None:
         return None
-    scheme, _, rest = authorization.strip().partition(" ")
-    if scheme.lower() != "bearer" or not rest.strip():
-        return None
-    return rest.strip()
-
-
-def _partner_of_key(session: Session, app_key: str | None) -> KeyHolder:
-    partner = holder_of_digest(session, hash_secret(app_key)) if app_key else None
-    if partner is None:
-        raise Unauthorized("The SERVICE_APIKEY is missing or not valid.")
-    return partner
+    return holder_of_digest(session, APPS.key_digest(credentials))
 
 
 def app_connection(
@@ -49,7 +42,9 @@ def app_connection(
 ) -> tuple[KeyHolder, Connection]:
     """The partner of ``app_key`` and the connection of ``token``, which must have been issued
     to that partner."""
-    partner = _partner_of_key(session, app_key)
+    partner = app_partner(session, app_key)
+    if partner is None:
+        raise Unauthorized(INVALID_APP_KEY)
     connection = verify_access_token(session, settings, token, now=now)
     if connection.partner_id != partner.id:
         raise Unauthorized("This user token was issued to another partner than the API key's.")
@@ -87,16 +82,12 @@ def optional_connection(
 
 
 def _app_connection(
-    services: ServicesDep,
-    session: ReadSession,
-    now: Now,
-    app_key: ServiceApiKey,
-    authorization: Annotated[str | None, Header()] = None,
+    services: ServicesDep, session: ReadSession, now: Now, credentials: RequestCredentials
 ) -> Connection:
-    token = bearer_token(authorization)
+    token = credentials.bearer
     if token is None:
-        raise InvalidToken("Send the user's token as 'Authorization: Bearer <token>'.")
-    _, connection = app_connection(session, services.settings, app_key, token, now=now)
+        raise InvalidToken(BEARER_NEEDED)
+    _, connection = app_connection(session, services.settings, credentials.app_key, token, now=now)
     release_connection(session, connection)
     return connection
 

@@ -24,13 +24,12 @@ from kuitti.metrics import OAUTH_DECISIONS, OAUTH_TOKEN_REQUESTS
 from kuitti.models import Connection, Partner, User
 from kuitti.oauth import keys
 from kuitti.oauth import service as oauth
-from kuitti.oauth.bearer import bearer_token
+from kuitti.oauth.bearer import BEARER_NEEDED, app_partner
 from kuitti.oauth.scopes import Scope, parse_scope, scope_string
 from kuitti.oauth.tokens import verify_access_token
-from kuitti.partners.auth import ServiceApiKey
-from kuitti.partners.keys import holder_of_digest
+from kuitti.partners.auth import RequestCredentials
 from kuitti.responses import ORJSONResponse
-from kuitti.security import SecretBox, hash_secret
+from kuitti.security import SecretBox
 from kuitti.services import Services
 from kuitti.users import service as users
 from kuitti.users.sessions import (
@@ -249,21 +248,20 @@ def token(
 def revoke(
     services: ServicesDep,
     session: WriteSession,
-    app_key: ServiceApiKey,
-    authorization: Annotated[str | None, Header()] = None,
+    credentials: RequestCredentials,
 ) -> dict[str, Any]:
     """Revoke: ends the connection (its ``service_id``) and with it every token; the partner
     gets no webhook for its own revoke."""
-    token_value = bearer_token(authorization)
+    token_value = credentials.bearer
     if token_value is None:
-        raise Unauthorized("Send the user's token as 'Authorization: Bearer <token>'.")
+        raise Unauthorized(BEARER_NEEDED)
     now = services.clock.now()
     try:
         connection = verify_access_token(session, services.settings, token_value, now=now)
     except Unauthorized:
         raise NotFound("No active connection has this token.") from None
-    if app_key is not None:
-        partner = holder_of_digest(session, hash_secret(app_key))
+    if credentials.app_key is not None:
+        partner = app_partner(session, credentials.app_key)
         if partner is None or partner.id != connection.partner_id:
             raise Unauthorized("The SERVICE_APIKEY does not belong to this token's partner.")
     connection.revoked_at = now

@@ -1,11 +1,12 @@
-"""Who is calling with a partner API key: the key's digest, and its ``KeyHolder``.
+"""Who is calling with a partner's credentials: one parse of the request's headers
+(``Credentials``), the role rule (``require_role``), and the rule "an enabled partner holds this
+key digest" (``holds_the_key``), which every lookup of a key uses, the receipt reads folding it
+into the statement that reads (``kuitti.receipts.readers``).
 
-There is one way to authenticate a partner key: ``key_holder`` (one request's key) or
-``current_key_holders`` (a batch's keys), both one prebuilt statement on the key digest's index,
-the partner's namespaces joined in. Every route asks the database on every request, so a key
-rotated or a partner disabled (by the operator, from any process) is refused by the very next
-request; the receipt reads even check the key in the statement that reads
-(``kuitti.receipts.readers``).
+A key is looked up by ``key_holder`` (one request's key) or ``current_key_holders`` (a batch's
+keys), both one prebuilt statement on the key digest's index, the partner's namespaces joined
+in. Every route asks the database on every request, so a key rotated or a partner disabled (by
+the operator, from any process) is refused by the very next request.
 
 The one exception is the receipt post, the hot write path: ``KeyHolderCache`` remembers holders
 without an expiry, to save the lookup before validation. That is safe only because a
@@ -18,11 +19,13 @@ it never decides what is stored.
 
 from __future__ import annotations
 
+import enum
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import ColumnElement, and_, bindparam, select
 from sqlalchemy.orm import Session
 
 from kuitti.db import Database, database_of
@@ -35,24 +38,81 @@ INVALID_KEY = "The API key is not valid."
 CACHED_KEY_HOLDERS = 1024
 
 
+def _scheme_and_credential(authorization: str) -> tuple[str, str]:
+    """``Authorization``'s scheme and what follows it, both stripped: the one parse of it."""
+    scheme, _, rest = authorization.strip().partition(" ")
+    return scheme, rest.strip()
+
+
 def api_key_from_header(authorization: str | None) -> str | None:
     """``Token <key>`` or the bare key; ``Bearer`` is a user token, not a partner key."""
     if not authorization:
         return None
-    scheme, _, rest = authorization.strip().partition(" ")
-    if rest and scheme.lower() == "token":
-        return rest.strip() or None
-    if rest:
+    scheme, rest = _scheme_and_credential(authorization)
+    if not rest:
+        return scheme
+    return rest if scheme.lower() == "token" else None
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, else None."""
+    if not authorization:
         return None
-    return scheme
+    scheme, rest = _scheme_and_credential(authorization)
+    return rest if scheme.lower() == "bearer" and rest else None
+
+
+def app_key_of(headers: Mapping[str, str]) -> str | None:
+    return headers.get("service_apikey") or headers.get("service-apikey")
+
+
+class KeyHeader(enum.Enum):
+    """Where a partner's API key may be sent."""
+
+    AUTHORIZATION = "Authorization"  # ``Token <key>`` or the bare key
+    APP_KEY = "SERVICE_APIKEY"  # a partner app's key, beside a user's ``Bearer`` token
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What a request presents: its ``Authorization`` header (a partner key, or a user's Bearer
+    token) and its app key (``SERVICE_APIKEY``, or ``Service-Apikey``: proxies such as nginx
+    drop header names with underscores by default, so both work)."""
+
+    authorization: str | None
+    app_key: str | None = None
+
+    @classmethod
+    def of(cls, headers: Mapping[str, str]) -> Credentials:
+        return cls(headers.get("authorization"), app_key_of(headers))
+
+    @property
+    def bearer(self) -> str | None:
+        """The user's token of ``Authorization: Bearer <token>``, else None."""
+        return bearer_token(self.authorization)
+
+    def key(self, *where: KeyHeader) -> str | None:
+        """The partner key of the first header of ``where`` that is sent (an ``Authorization``
+        that holds a Bearer token does not count), else None."""
+        for header in where:
+            if header is KeyHeader.AUTHORIZATION:
+                if self.authorization and self.bearer is None:
+                    return api_key_from_header(self.authorization)
+            elif self.app_key:
+                return api_key_from_header(self.app_key)
+        return None
+
+    def key_digest(self, *where: KeyHeader) -> str:
+        """The digest of ``key(*where)``; 401 when there is none."""
+        key = self.key(*where)
+        if key is None:
+            raise Unauthorized(MISSING_KEY)
+        return hash_secret(key)
 
 
 def key_digest(authorization: str | None) -> str:
     """The digest of the partner key in ``authorization``; 401 when there is none."""
-    key = api_key_from_header(authorization)
-    if key is None:
-        raise Unauthorized(MISSING_KEY)
-    return hash_secret(key)
+    return Credentials(authorization).key_digest(KeyHeader.AUTHORIZATION)
 
 
 class HasRoles(Protocol):
@@ -91,6 +151,12 @@ class KeyHolder:
         return role.value in self.roles
 
 
+def holds_the_key(partner: type[Partner]) -> ColumnElement[bool]:
+    """``partner`` (the model or an alias of it) is enabled and holds the key whose digest is
+    ``bindparam("digest")``: the rule every lookup of a partner key applies."""
+    return and_(partner.api_key_hash == bindparam("digest"), partner.disabled_at.is_(None))
+
+
 # Built once: every authenticated request runs it. One row per namespace (at least one row).
 _KEY_HOLDER = (
     select(
@@ -104,10 +170,7 @@ _KEY_HOLDER = (
         Namespace.id_alphabet,
     )
     .outerjoin(Namespace, Namespace.partner_id == Partner.id)
-    .where(
-        Partner.api_key_hash == bindparam("digest"),
-        Partner.disabled_at.is_(None),
-    )
+    .where(holds_the_key(Partner))
 )
 
 
@@ -150,10 +213,42 @@ def look_up_holder(db: Database, digest: str) -> KeyHolder | None:
 def key_holder(session: Session, authorization: str | None) -> KeyHolder:
     """The holder of the partner key in ``authorization`` (``Token <key>`` or the bare key);
     401 when there is no key or no enabled partner holds it."""
-    holder = holder_of_digest(session, key_digest(authorization))
-    if holder is None:
-        raise Unauthorized(INVALID_KEY)
-    return holder
+    return Authenticator((KeyHeader.AUTHORIZATION,)).holder(session, Credentials(authorization))
+
+
+@dataclass(frozen=True)
+class Authenticator:
+    """How one kind of caller is authenticated by a partner key: the headers its key may come in
+    (the first sent counts), and the role its partner needs (None: any partner)."""
+
+    where: tuple[KeyHeader, ...]
+    role: PartnerRole | None = None
+
+    def key_digest(self, credentials: Credentials) -> str:
+        """The digest of the caller's key; 401 when it sent none."""
+        return credentials.key_digest(*self.where)
+
+    def holder(self, session: Session, credentials: Credentials) -> KeyHolder:
+        """The caller's ``KeyHolder``: 401 without a key an enabled partner holds, then 403
+        without the role."""
+        holder = holder_of_digest(session, self.key_digest(credentials))
+        if holder is None:
+            raise Unauthorized(INVALID_KEY)
+        return self.permitted(holder)
+
+    def permitted(self, holder: P) -> P:
+        """``holder`` if its partner has the role; 403 otherwise."""
+        return holder if self.role is None else require_role(holder, self.role)
+
+
+MERCHANTS = Authenticator((KeyHeader.AUTHORIZATION,), PartnerRole.MERCHANT)
+"""Receipt posts and dry runs: the key in ``Authorization`` only."""
+READERS = Authenticator((KeyHeader.AUTHORIZATION, KeyHeader.APP_KEY))
+"""Receipt reads by a partner's own key: ``Authorization``, else the app key."""
+CARD_ISSUERS = Authenticator((KeyHeader.APP_KEY, KeyHeader.AUTHORIZATION), PartnerRole.CARD_ISSUER)
+"""Card issuers: the app key first, since ``Authorization`` may carry the card holder's token."""
+APPS = Authenticator((KeyHeader.APP_KEY,))
+"""A partner app acting for a user, beside the user's Bearer token: the app key only."""
 
 
 class KeyHolderCache:

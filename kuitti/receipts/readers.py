@@ -43,7 +43,7 @@ from kuitti.db import Database, uuid_text
 from kuitti.errors import ErrorDetail, InvalidRequest, NotFound, Unauthorized
 from kuitti.models import Card, Connection, Partner, Receipt, ReceiptDelivery, ReceiptGrant
 from kuitti.models.receipts import GrantReason
-from kuitti.partners.keys import INVALID_KEY, look_up_holder
+from kuitti.partners.keys import INVALID_KEY, holds_the_key, look_up_holder
 
 MAX_LIST_LIMIT = 200
 DEFAULT_LIST_LIMIT = 50
@@ -155,11 +155,6 @@ _READABLE = {
 }
 
 
-def _holds_the_key(partner: type[Partner]) -> ColumnElement[bool]:
-    """``partner`` is enabled and holds the key of ``bindparam("digest")``."""
-    return and_(partner.api_key_hash == bindparam("digest"), partner.disabled_at.is_(None))
-
-
 # A partner key's read, its check on every request included, in one statement: the enabled
 # partner of the key digest, and (outer-joined, so a valid key that may not read the receipt
 # still finds its partner: 404, not 401) the receipt, its poster and the right to read it.
@@ -172,7 +167,7 @@ _READABLE_WITH_KEY = (
         and_(Receipt.id == bindparam("receipt_id"), _partner_may_read(_KEY_PARTNER.id.expression)),
     )
     .outerjoin(Partner, Partner.id == Receipt.partner_id)
-    .where(_holds_the_key(_KEY_PARTNER))
+    .where(holds_the_key(_KEY_PARTNER))
 )
 
 
@@ -222,7 +217,7 @@ async def key_reader(db: Database, digest: str) -> Reader:
 
 def _key_partner(column: InstrumentedAttribute[Any]) -> ColumnElement[Any]:
     """``column`` of the enabled partner of ``bindparam("digest")``, as a scalar subquery."""
-    return select(column).where(_holds_the_key(Partner)).scalar_subquery()
+    return select(column).where(holds_the_key(Partner)).scalar_subquery()
 
 
 @cache

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,7 +14,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from kuitti.db import Database
 from kuitti.deps import get_services
@@ -22,13 +22,12 @@ from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, NotFound, Un
 from kuitti.i18n import as_language, negotiate_locale
 from kuitti.models import Partner, Receipt
 from kuitti.oauth.bearer import reading_connection
-from kuitti.partners.auth import service_api_key
-from kuitti.partners.keys import key_digest
+from kuitti.partners.keys import READERS, Credentials
 from kuitti.receipts import readers
 from kuitti.receipts.answers import ReceiptCreated, ReceiptList
 from kuitti.receipts.formats import DataFormat, Rendered
 from kuitti.receipts.formats.layout import Layout
-from kuitti.receipts.formats.rendering import cached, etag, render
+from kuitti.receipts.formats.rendering import FORMATS, cached, etag, render
 from kuitti.receipts.ingest import IDEMPOTENCY_KEY_MAX, Ingest
 from kuitti.receipts.readers import ReadableReceipt, Reader
 from kuitti.receipts.relations import relations
@@ -38,42 +37,40 @@ from kuitti.services import Services
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
 
 
-def _bearer_reader(services: Services, app_key: str | None, authorization: str) -> Reader:
+def _bearer_reader(services: Services, credentials: Credentials) -> Reader:
     """A partner app reading on behalf of one of its users (``SERVICE_APIKEY`` +
     ``Authorization: Bearer``)."""
-    if not app_key:
+    if not credentials.app_key:
         raise Unauthorized("User-authorized reading needs the SERVICE_APIKEY header too.")
-    token = authorization[7:].strip()
+    token = credentials.bearer
+    assert token is not None
     now = services.clock.now()
     with services.db.session(write=False) as session:
-        app, connection = reading_connection(session, services.settings, app_key, token, now=now)
+        app, connection = reading_connection(
+            session, services.settings, credentials.app_key, token, now=now
+        )
         return Reader(partner_id=app.id, user_id=connection.user_id, sandbox=app.sandbox)
 
 
-def _is_bearer(authorization: str | None) -> TypeGuard[str]:
-    return authorization is not None and authorization.lower().startswith("bearer ")
-
-
-async def _reader(services: Services, headers: Headers) -> Reader:
+async def _reader(services: Services, credentials: Credentials) -> Reader:
     """Who reads: a partner by its key, or a partner app on behalf of a user; 401 otherwise.
     Checked on every request, never remembered: a rotated key or a disabled partner is refused
     at once."""
-    authorization = headers.get("authorization")
-    app_key = service_api_key(headers)
-    if _is_bearer(authorization):
+    if credentials.bearer is not None:
         # The token's check reads through a session.
-        return await services.db.run_read(_bearer_reader, services, app_key, authorization)
-    return await readers.key_reader(services.db, key_digest(authorization or app_key))
+        return await services.db.run_read(_bearer_reader, services, credentials)
+    return await readers.key_reader(services.db, READERS.key_digest(credentials))
 
 
-async def _readable(services: Services, headers: Headers, receipt_id: uuid.UUID) -> ReadableReceipt:
+async def _readable(
+    services: Services, credentials: Credentials, receipt_id: uuid.UUID
+) -> ReadableReceipt:
     """The receipt, if the caller may read it (401, then 404 as ``readers.readable_receipt``)."""
-    authorization = headers.get("authorization")
-    if _is_bearer(authorization):
-        reader = await _reader(services, headers)
+    if credentials.bearer is not None:
+        reader = await _reader(services, credentials)
         return await readers.readable_receipt(services.db, reader, receipt_id)
     # A partner key: its check and the read in one statement.
-    digest = key_digest(authorization or service_api_key(headers))
+    digest = READERS.key_digest(credentials)
     return await readers.readable_receipt_by_key(services.db, digest, receipt_id)
 
 
@@ -95,8 +92,8 @@ RECEIPT_BODY_SCHEMA = {
 
 RECEIPT_POST_SCHEMA = {
     **RECEIPT_BODY_SCHEMA,
-    # The route reads its headers itself (to answer 401 before 400, as it always has); this is
-    # the parameter FastAPI would have described.
+    # The handler reads its headers itself (to answer 401 before 400); this is the parameter
+    # FastAPI would have described.
     "parameters": [
         {
             "in": "header",
@@ -111,7 +108,12 @@ RECEIPT_POST_SCHEMA = {
 }
 
 
-@router.post(
+documented = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
+"""The operations of this module that the front door answers (``kuitti.front``), declared for the
+API document only: this router is never included in the app, so it routes nothing."""
+
+
+@documented.post(
     "/",
     summary="Create a receipt (card-linking form or token form)",
     openapi_extra=RECEIPT_POST_SCHEMA,
@@ -129,47 +131,42 @@ RECEIPT_POST_SCHEMA = {
         415: {"description": "Content type is not JSON."},
     },
 )
-async def create_receipt() -> None:
-    # Declared for the API document (no docstring: it would become the operation's description)
-    # and for the router's answers on this path (a PUT gets its 405 there). The POST itself is
-    # answered in front of FastAPI's stack by ``receive_receipt_post`` (``kuitti.direct``).
-    raise RuntimeError("POST /api/v1/receipts/ is answered by kuitti.direct, not by the router")
+def create_receipt() -> None: ...  # no docstring: it would become the operation's description
 
 
-async def receive_receipt_post(scope: Scope, receive: Receive, send: Send) -> None:
+class ReceiptPost:
     """``POST /api/v1/receipts/`` as a plain ASGI app, behind the app's middleware, which has
     read the whole body already (within its limit). The checks run on the event loop and the
     write in the process's one writer thread (``kuitti.receipts.ingest``): no threadpool hop."""
-    ingest: Ingest = scope["app"].state.ingest
-    body = bytearray()
-    more = True
-    while more:
-        message = await receive()
-        body += message.get("body", b"")
-        more = message.get("more_body", False)
-    # Read here rather than through Starlette's Request: with Request.body() and .headers the
-    # served post cost about 0.12 ms more CPU (three alternated pairs, PostgreSQL, two processes).
-    wanted: dict[bytes, str | None] = dict.fromkeys(_POST_HEADERS)
-    for name, value in scope["headers"]:
-        if name in wanted and wanted[name] is None:  # the first of a repeated header, as Starlette
-            wanted[name] = value.decode("latin-1")
-    response: Response
-    try:
-        status, payload = await ingest.post(
-            bytes(body),
-            authorization=wanted[b"authorization"],
-            content_type=wanted[b"content-type"],
-            idempotency_key=wanted[b"idempotency-key"],
-        )
-        response = ORJSONResponse(payload, status_code=status)
-    except KuittiError as exc:
-        response = error_response(exc.details(), exc.status_code, exc.headers())
-    await response(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ingest: Ingest = scope["app"].state.ingest
+        body = bytearray()
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        # Read here rather than through Starlette's Request, which costs more CPU per post.
+        wanted: dict[bytes, str | None] = dict.fromkeys(_POST_HEADERS)
+        for name, value in scope["headers"]:
+            if name in wanted and wanted[name] is None:  # the first of a repeated one, as Starlette
+                wanted[name] = value.decode("latin-1")
+        response: Response
+        try:
+            status, payload = await ingest.post(
+                bytes(body),
+                authorization=wanted[b"authorization"],
+                content_type=wanted[b"content-type"],
+                idempotency_key=wanted[b"idempotency-key"],
+            )
+            response = ORJSONResponse(payload, status_code=status)
+        except KuittiError as exc:
+            response = error_response(exc.details(), exc.status_code, exc.headers())
+        await response(scope, receive, send)
 
 
 _POST_HEADERS = (b"authorization", b"content-type", b"idempotency-key")
-DIRECT_HANDLERS: dict[Callable[..., Any], ASGIApp] = {create_receipt: receive_receipt_post}
-"""The routes of this module answered in front of FastAPI's stack (``kuitti.direct``)."""
 
 
 class _ListQuery(BaseModel):
@@ -247,20 +244,19 @@ async def list_receipts(request: Request) -> Response:
     # async, with no dependencies: a partner key's page is one statement, its key check
     # included, read from the event loop (``Database.read_rows_async``) with no thread hop.
     services = get_services(request)
-    headers = request.headers
+    credentials = Credentials.of(request.headers)
     try:
         asked = _list_request(request.query_params)
     except (KuittiError, RequestValidationError):
-        await _reader(services, headers)  # the caller first: 401 before 400
+        await _reader(services, credentials)  # the caller first: 401 before 400
         raise
-    authorization = headers.get("authorization")
-    if _is_bearer(authorization):
-        reader = await _reader(services, headers)
+    if credentials.bearer is not None:
+        reader = await _reader(services, credentials)
         page = await readers.list_receipts(
             services.db, reader, since=asked.since, limit=asked.limit, after=asked.after
         )
     else:
-        digest = key_digest(authorization or service_api_key(headers))
+        digest = READERS.key_digest(credentials)
         page = await readers.list_receipts_by_key(
             services.db, digest, since=asked.since, limit=asked.limit, after=asked.after
         )
@@ -287,24 +283,20 @@ def _list_request(query: Mapping[str, str]) -> _ListRequest:
     return _ListRequest(params.since, params.limit, after)
 
 
+_MEDIA_TYPES = dict.fromkeys(row.media_type.partition(";")[0] for row in FORMATS.values())
+
+
 @router.get(
     "/{receipt_id}/{data_format}/",
     summary="Get a receipt in one format",
     description=(
-        "Formats: `service_json` (the document as posted), `service_pdf` (PDF/A-3 with the JSON "
-        "embedded; `layout=a4` or `roll`), `finvoice_xml` (Finvoice 3.0, ISO-8859-15), "
-        "`finvoice_pdf` (the Finvoice drawn as a Finnish invoice). PDF labels follow `lang` "
-        "(fi, sv, en) or else `Accept-Language`. Every answer carries a strong `ETag`; send it "
-        "back in `If-None-Match` to get 304 without a body."
+        "Formats: "
+        + ", ".join(f"`{fmt}` ({row.description})" for fmt, row in FORMATS.items())
+        + ". PDF labels follow `lang` (fi, sv, en) or else `Accept-Language`. Every answer "
+        "carries a strong `ETag`; send it back in `If-None-Match` to get 304 without a body."
     ),
     responses={
-        200: {
-            "content": {
-                "application/json": {},
-                "application/pdf": {},
-                "application/xml": {},
-            }
-        },
+        200: {"content": {media: {} for media in _MEDIA_TYPES}},
         304: {"description": "Not modified (If-None-Match matched the ETag)."},
         404: {"description": "No such receipt, or the caller may not see it."},
         409: {"description": "finvoice_unavailable: the poster has no bank account (IBAN)."},
@@ -375,12 +367,13 @@ async def _receipt_answer(
     receipt_id: str,
     data_format: str,
 ) -> Response | _Unrendered:
+    credentials = Credentials.of(headers)
     try:
         asked = _read_request(headers, query, receipt_id, data_format)
     except (KuittiError, RequestValidationError):
-        await _reader(services, headers)  # the caller first: 401 before 400 or 404
+        await _reader(services, credentials)  # the caller first: 401 before 400 or 404
         raise
-    found = await _readable(services, headers, asked.receipt_id)
+    found = await _readable(services, credentials, asked.receipt_id)
     tag = etag(found, found.poster, asked.fmt, layout=asked.layout, locale=asked.locale)
     if asked.if_none_match and _etag_matches(asked.if_none_match, tag):
         return Response(status_code=304, headers=_answer_headers(tag))

@@ -1,15 +1,14 @@
 """The formats a receipt can be rendered in (the read endpoint's ``data_format``) and what a
-rendering is. Rendering itself, and its cache, is ``formats/rendering.py``."""
+rendering is. Each format's media type, file name and renderer are a row of
+``formats/rendering.py``'s ``FORMATS``, beside the rendering cache."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import assert_never
 
 from kuitti.errors import Conflict
-from kuitti.models import Receipt
 
 
 class DataFormat(StrEnum):
@@ -30,21 +29,7 @@ class FinvoiceUnavailable(Conflict):
     code = "finvoice_unavailable"
 
 
-def _safe_name(number: str) -> str:
+def safe_name(number: str) -> str:
+    """A receipt number as part of a file name."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", number).strip("._-")[:60]
     return name or "receipt"
-
-
-def filename(receipt: Receipt, fmt: DataFormat) -> str:
-    number = _safe_name(receipt.receipt_number)
-    match fmt:
-        case DataFormat.SERVICE_JSON:
-            return f"receipt-{number}.json"
-        case DataFormat.SERVICE_PDF:
-            return f"receipt-{number}.pdf"
-        case DataFormat.FINVOICE_XML:
-            return f"finvoice-{number}.xml"
-        case DataFormat.FINVOICE_PDF:
-            return f"finvoice-{number}.pdf"
-        case _:
-            assert_never(fmt)

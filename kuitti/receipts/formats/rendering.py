@@ -15,8 +15,10 @@ import hashlib
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, assert_never
+from typing import Protocol
 
 from sqlalchemy.orm import Session
 
@@ -26,9 +28,9 @@ from kuitti.receipts.formats import (
     DataFormat,
     FinvoiceUnavailable,
     Rendered,
-    filename,
     finvoice_pdf,
     finvoice_xml,
+    safe_name,
     service_pdf,
 )
 from kuitti.receipts.formats.layout import Layout
@@ -116,20 +118,10 @@ def _key_parts(
 ) -> tuple[str, ...]:
     base: tuple[str, ...] = (RENDERER_VERSION, str(receipt.id), receipt.document_hash, fmt.value)
     related = relations_key(receipt)
-    if related and fmt is not DataFormat.SERVICE_JSON:
-        # Every rendering but the JSON shows a return's original and a purchase's returns.
+    row = FORMATS[fmt]
+    if related and row.shows_relations:
         base = (*base, related)
-    match fmt:
-        case DataFormat.SERVICE_JSON:
-            return base
-        case DataFormat.SERVICE_PDF:
-            return (*base, layout.value, as_language(locale).value)
-        case DataFormat.FINVOICE_XML:
-            return (*base, poster.iban or "", poster.bic or "")
-        case DataFormat.FINVOICE_PDF:
-            return (*base, poster.iban or "", poster.bic or "", as_language(locale).value)
-        case _:
-            assert_never(fmt)
+    return (*base, *row.depends_on(poster, layout, locale))
 
 
 def etag(
@@ -197,36 +189,104 @@ def _render(
     locale: str,
     relations: Relations,
 ) -> Rendered:
-    name = filename(receipt, fmt)
-    match fmt:
-        case DataFormat.SERVICE_JSON:
-            return Rendered(_utf8(receipt.document), "application/json", name)
-        case DataFormat.SERVICE_PDF:
-            view = build_view(parse_document(receipt.document), locale=locale, relations=relations)
-            content = service_pdf.render_service_pdf(
-                view,
-                layout=layout,
-                document_json=_utf8(receipt.document),
-                identity=f"{receipt.id}/{fmt.value}/{layout.value}/{locale}",
-                test_mark=receipt.sandbox,
-            )
-            return Rendered(content, "application/pdf", name)
-        case DataFormat.FINVOICE_XML:
-            xml = _finvoice_xml(receipt, poster, relations)
-            return Rendered(xml, finvoice_xml.MEDIA_TYPE, name)
-        case DataFormat.FINVOICE_PDF:
-            xml = render(receipt, poster, DataFormat.FINVOICE_XML, relations=relations).content
-            content = finvoice_pdf.render_finvoice_pdf(
-                xml,
-                locale=locale,
-                created=_receipt_time(receipt),
-                identity=f"{receipt.id}/{fmt.value}/{locale}",
-                relations=relation_lines(relations, as_language(locale)),
-                test_mark=receipt.sandbox,
-            )
-            return Rendered(content, "application/pdf", name)
-        case _:
-            assert_never(fmt)
+    row = FORMATS[fmt]
+    content = row.render(receipt, poster, layout, locale, relations)
+    name = row.file_name.format(number=safe_name(receipt.receipt_number))
+    return Rendered(content, row.media_type, name)
+
+
+def _service_json(
+    receipt: Receipt, _poster: Partner, _layout: Layout, _locale: str, _relations: Relations
+) -> bytes:
+    return _utf8(receipt.document)
+
+
+def _service_pdf(
+    receipt: Receipt, _poster: Partner, layout: Layout, locale: str, relations: Relations
+) -> bytes:
+    view = build_view(parse_document(receipt.document), locale=locale, relations=relations)
+    return service_pdf.render_service_pdf(
+        view,
+        layout=layout,
+        document_json=_utf8(receipt.document),
+        identity=f"{receipt.id}/{DataFormat.SERVICE_PDF.value}/{layout.value}/{locale}",
+        test_mark=receipt.sandbox,
+    )
+
+
+def _finvoice(
+    receipt: Receipt, poster: Partner, _layout: Layout, _locale: str, relations: Relations
+) -> bytes:
+    return _finvoice_xml(receipt, poster, relations)
+
+
+def _finvoice_pdf(
+    receipt: Receipt, poster: Partner, _layout: Layout, locale: str, relations: Relations
+) -> bytes:
+    xml = render(receipt, poster, DataFormat.FINVOICE_XML, relations=relations).content
+    return finvoice_pdf.render_finvoice_pdf(
+        xml,
+        locale=locale,
+        created=_receipt_time(receipt),
+        identity=f"{receipt.id}/{DataFormat.FINVOICE_PDF.value}/{locale}",
+        relations=relation_lines(relations, as_language(locale)),
+        test_mark=receipt.sandbox,
+    )
+
+
+@dataclass(frozen=True)
+class Format:
+    """One output format: what it is called and described as, and how it is rendered."""
+
+    media_type: str
+    file_name: str  # ``{number}``: the receipt number, made safe for a file name
+    description: str  # in the read endpoint's API document
+    render: Callable[[Receipt, Partner, Layout, str, Relations], bytes]
+    depends_on: Callable[[Account, Layout, str], tuple[str, ...]]
+    """What the rendering depends on besides the document (part of its ETag)."""
+    shows_relations: bool = True  # a return's original, a purchase's returns
+
+
+def _language(locale: str) -> str:
+    return as_language(locale).value
+
+
+def _account(poster: Account) -> tuple[str, str]:
+    return poster.iban or "", poster.bic or ""
+
+
+FORMATS: dict[DataFormat, Format] = {
+    DataFormat.SERVICE_JSON: Format(
+        "application/json",
+        "receipt-{number}.json",
+        "the document as posted",
+        _service_json,
+        lambda _poster, _layout, _locale: (),
+        shows_relations=False,
+    ),
+    DataFormat.SERVICE_PDF: Format(
+        "application/pdf",
+        "receipt-{number}.pdf",
+        "PDF/A-3 with the JSON embedded; `layout=a4` or `roll`",
+        _service_pdf,
+        lambda _poster, layout, locale: (layout.value, _language(locale)),
+    ),
+    DataFormat.FINVOICE_XML: Format(
+        finvoice_xml.MEDIA_TYPE,
+        "finvoice-{number}.xml",
+        "Finvoice 3.0, ISO-8859-15",
+        _finvoice,
+        lambda poster, _layout, _locale: _account(poster),
+    ),
+    DataFormat.FINVOICE_PDF: Format(
+        "application/pdf",
+        "finvoice-{number}.pdf",
+        "the Finvoice drawn as a Finnish invoice",
+        _finvoice_pdf,
+        lambda poster, _layout, locale: (*_account(poster), _language(locale)),
+    ),
+}
+"""Every output format, in the order the API document lists them: adding a format is a row."""
 
 
 def _utf8(text: str) -> bytes:

@@ -1,6 +1,6 @@
-"""The receipt post answered in front of FastAPI's stack (``kuitti.direct``): the same answers,
-headers, access line and metrics as a route behind the router, and every other request on its
-path still the router's."""
+"""The front door (``kuitti.front``): its table answers the receipt post with the same answers,
+headers, access line and metrics as a route behind the router; every other request on its path
+is still the router's; and no route of the router is a stand-in for a front door route."""
 
 from __future__ import annotations
 
@@ -10,19 +10,62 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from starlette.routing import Route
 
-from kuitti.app import create_app
-from kuitti.direct import DirectRoutes
+from kuitti.app import ROUTERS, create_app
+from kuitti.front import FRONT_DOCUMENTED, FRONT_ROUTES
 from kuitti.models import PartnerRole
 from kuitti.services import Services
 from tests.factories import auth, make_partner, metric, receipt_doc
+from tests.test_dispatch import _answer
 
 URL = "/api/v1/receipts/"
 
 
-def test_the_app_answers_the_receipt_post_directly(services: Services) -> None:
+def test_the_router_has_no_stand_in_for_a_front_door_route(services: Services) -> None:
+    """FastAPI's router itself (the middleware and the front door bypassed) does not take a
+    front door route's method and path: its 405 is the router's answer to a method it lacks."""
     app = create_app(services.settings, db=services.db, clock=services.clock)
-    assert isinstance(app.build_middleware_stack(), DirectRoutes)
+    assert _answer(app, "POST", URL)[0] == 401  # through the front door
+    for route in FRONT_ROUTES:
+        for method in route.methods or ():
+            assert _answer(app.router, method, route.path)[0] == 405
+
+
+def test_every_front_door_route_is_documented(services: Services) -> None:
+    app = create_app(services.settings, db=services.db, clock=services.clock)
+    document = app.openapi()
+    for route in FRONT_ROUTES:
+        for method in route.methods or ():
+            assert method.lower() in document["paths"][route.path]
+    assert all(route not in app.routes for route in FRONT_DOCUMENTED)
+
+
+def test_every_path_is_routed_in_one_form(services: Services) -> None:
+    """Trailing slashes are the middleware's (``TrailingSlashes``), not twin routes."""
+    app = create_app(services.settings, db=services.db, clock=services.clock)
+    routes = [*FRONT_ROUTES, *app.routes, *(r for router in ROUTERS for r in router.routes)]
+    paths = {route.path for route in routes if isinstance(route, Route)}
+    assert len(paths) > 20
+    assert not {path + "/" for path in paths} & paths
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        (URL, 401),
+        (URL.removesuffix("/"), 401),
+        (URL + "/", 404),
+        ("/api/v1/receipts/validate/", 401),
+        ("/api/v1/cards/some-card", 401),
+        ("/api/", 404),
+        ("/healthz/", 404),
+    ],
+)
+def test_both_forms_of_an_api_path_answer(client: httpx.Client, path: str, status: int) -> None:
+    method = "DELETE" if "some-card" in path else "POST"
+    answer = client.request(method, path, json=receipt_doc(), follow_redirects=False)
+    assert answer.status_code == status
 
 
 @pytest.mark.parametrize("path", [URL, URL.removesuffix("/")])
@@ -30,9 +73,9 @@ def test_a_post_is_counted_and_timed_under_its_route(
     client: httpx.Client, services: Services, path: str
 ) -> None:
     merchant = make_partner(services)
-    ok = f'kuitti_http_requests_total{{method="POST",route="{path}",status="200"}}'
-    refused = f'kuitti_http_requests_total{{method="POST",route="{path}",status="401"}}'
-    timed = f'kuitti_http_request_duration_seconds_count{{method="POST",route="{path}"}}'
+    ok = f'kuitti_http_requests_total{{method="POST",route="{URL}",status="200"}}'
+    refused = f'kuitti_http_requests_total{{method="POST",route="{URL}",status="401"}}'
+    timed = f'kuitti_http_request_duration_seconds_count{{method="POST",route="{URL}"}}'
     before = [metric(client, sample) for sample in (ok, refused, timed)]
     answer = client.post(
         path, json=receipt_doc(), headers={**auth(merchant.api_key), "X-Request-ID": "post-1"}
