@@ -33,6 +33,8 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
+from kuitti.inputs import parse_moment
+
 ISO_4217_CODES = frozenset(list_currencies())
 
 # Decimal text is on every row, so pydantic-core checks it with its own regular expression, in
@@ -62,14 +64,7 @@ LONG = 20_000
 
 
 def _check_datetime(value: str) -> str:
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError("must be an ISO 8601 date-time, e.g. 2026-05-04T12:30:00+03:00") from None
-    if "T" not in value.upper() and " " not in value:
-        raise ValueError("must be an ISO 8601 date-time (a date alone is not enough)")
-    if moment.tzinfo is None:
-        raise ValueError("must carry a UTC offset, e.g. +03:00 or Z")
+    parse_moment(value)
     return value
 
 
