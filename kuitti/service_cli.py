@@ -19,6 +19,7 @@ from kuitti.cli_helpers import fail, open_database, open_services, settings_or_e
 from kuitti.dbmigrate import upgrade
 from kuitti.demo import fill_demo
 from kuitti.logs import UVICORN_LOG_CONFIG
+from kuitti.protocols import HTTP_PROTOCOL
 from kuitti.worker import run_worker_process
 
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
@@ -51,6 +52,7 @@ def serve(
         "access_log": False,
         "proxy_headers": True,
         "server_header": False,
+        "http": HTTP_PROTOCOL,
     }
     os.environ[LISTEN_ENV] = f"http://{host}:{port}"
     os.environ[PROCESSES_ENV] = str(workers)
