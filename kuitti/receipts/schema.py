@@ -37,7 +37,7 @@ from kuitti.inputs import parse_moment
 ISO_4217_CODES = frozenset(list_currencies())
 
 # Decimal text is on every row, so pydantic-core checks it with its own regular expression, in
-# Rust: a Python check per value was a quarter of the model's cost. The patterns are portable
+# Rust: a Python check per value would be a quarter of the model's cost. The patterns are portable
 # (ECMA-262, Rust, Python): ASCII digits only, and ``$`` is the end of the text, never before a
 # final line break (in Rust and ECMA-262; Python code uses ``fullmatch``).
 DECIMAL_PATTERN = r"^-?[0-9]{1,15}(?:\.[0-9]{1,10})?$"
@@ -256,10 +256,9 @@ class Product(TypedDict):
     journey: NotRequired[Annotated[Journey | None, NULL_IF_ABSENT]]
 
 
-# Rows the quick way. Checking a 60-row receipt's rows was most of the model's cost, Pydantic
-# building 180 dicts only to throw them away. msgspec checks the plainest rows, which nearly
-# every receipt has, in less than half the time (docs/performance.md, "Nineteenth round" under
-# Ingest): the same keys, types and limits as ``Product`` and ``ProductVat``, and no row with a
+# Rows the quick way: msgspec checks the plainest rows, which nearly every receipt has, in less
+# than half the time Pydantic takes to build them as models (docs/performance.md, Ingest): the
+# same keys, types and limits as ``Product`` and ``ProductVat``, and no row with a
 # nested object (Pydantic would make models of those, which later code reads). It only vouches:
 # when it refuses anything, Pydantic checks the rows again and writes the errors, so it may be
 # stricter than ``Product``, never looser. tests/receipts/test_plain_rows.py holds it to that.

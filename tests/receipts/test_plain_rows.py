@@ -34,7 +34,7 @@ ROWS: TypeAdapter[list[Product]] = TypeAdapter(list[Product])
 
 
 def pydantic_rows(rows: object) -> list[dict[str, Any]] | None:
-    """What ``Receipt`` checked rows with before msgspec: the rows, or None if refused."""
+    """What ``Receipt`` checks rows with when msgspec does not vouch: the rows, or None."""
     try:
         return ROWS.validate_python(rows, strict=True)  # type: ignore[return-value]
     except ValidationError:
