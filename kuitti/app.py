@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
 from kuitti import __version__
+from kuitti.allowed import allowed_methods
 from kuitti.cards.routes import router as cards_router
 from kuitti.clock import Clock, SystemClock
 from kuitti.config import Settings, load_settings
@@ -206,6 +207,9 @@ def _add_error_handlers(app: FastAPI) -> None:
         return error_response(details, 400)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response([ErrorDetail(code, str(exc.detail))], exc.status_code)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = allowed_methods(app.router.routes, request.scope)
+        return error_response([ErrorDetail(code, str(exc.detail))], exc.status_code, headers)

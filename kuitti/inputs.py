@@ -24,6 +24,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import orjson
 
@@ -246,6 +247,51 @@ def _problems(node: object, path: tuple[str | int, ...], depth: int) -> Iterator
     elif isinstance(node, list):
         for index, value in enumerate(node):
             yield from _problems(value, (*path, index), depth + 1)
+
+
+EARLIEST_MOMENT = datetime(1, 2, 1, tzinfo=UTC)
+END_OF_MOMENTS = datetime(9999, 12, 1, tzinfo=UTC)
+"""Moments are taken from ``EARLIEST_MOMENT`` up to (not including) ``END_OF_MOMENTS``: years
+1–9999 in UTC, a month clear of either end, so that the windows the service computes around a
+moment (card matching looks 7 days either side) and its display in Finland's time zone stay
+inside the calendar."""
+
+
+def parse_moment(text: str) -> datetime:
+    """An ISO 8601 date-time with a UTC offset (``2026-05-04T12:30:00+03:00``, ``…Z``; a space
+    may stand for the ``T``), as an aware datetime in UTC. Every moment a caller sends is read
+    here, so that one rule holds everywhere. ``ValueError`` says what is wrong: not such a
+    date-time, a date alone, no offset, or a moment outside the calendar the service keeps
+    (``0001-01-01T00:00:00+01:00`` is in year 0)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError("must be an ISO 8601 date-time, e.g. 2026-05-04T12:30:00+03:00") from None
+    if "T" not in text.upper() and " " not in text:
+        raise ValueError("must be an ISO 8601 date-time (a date alone is not enough)")
+    if moment.tzinfo is None:
+        raise ValueError("must carry a UTC offset, e.g. +03:00 or Z")
+    return moment_in_range(moment)
+
+
+def moment_in_range(moment: datetime) -> datetime:
+    """An aware ``moment`` in UTC, if it lies where ``EARLIEST_MOMENT`` says; ``ValueError``
+    otherwise."""
+    try:
+        utc = moment.astimezone(UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not EARLIEST_MOMENT <= utc < END_OF_MOMENTS:
+        raise ValueError("must lie from 0001-02-01 up to 9999-12-01 in UTC")
+    return utc
+
+
+def query_moment(name: str, text: str) -> datetime:
+    """``parse_moment`` for a query parameter: its problem as 400 ``invalid_value``."""
+    try:
+        return parse_moment(text)
+    except ValueError as exc:
+        raise InvalidRequest([ErrorDetail("invalid_value", f"{name}: {exc}.")]) from None
 
 
 def has_nul(text: str) -> bool:

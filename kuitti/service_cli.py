@@ -18,6 +18,7 @@ from kuitti.asgi import LISTEN_ENV, PROCESSES_ENV, READY_CLAIM_ENV, RUN_WORKER_E
 from kuitti.cli_helpers import fail, open_services
 from kuitti.demo import fill_demo
 from kuitti.logs import UVICORN_LOG_CONFIG
+from kuitti.protocols import HTTP_PROTOCOL
 from kuitti.worker import run_worker_process
 
 # How long uvicorn's supervisor waits for a server process to start and to answer its health
@@ -48,6 +49,7 @@ def serve(
         "access_log": False,
         "proxy_headers": True,
         "server_header": False,
+        "http": HTTP_PROTOCOL,
     }
     os.environ[LISTEN_ENV] = f"http://{host}:{port}"
     os.environ[PROCESSES_ENV] = str(workers)

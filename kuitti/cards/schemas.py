@@ -7,8 +7,9 @@ error shape. Each field's rule lives in one validator; ``null`` counts as absent
 
 from __future__ import annotations
 
+import calendar
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from typing import Annotated, TypeVar
 
@@ -17,33 +18,28 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from kuitti.cards import pan
 from kuitti.errors import ErrorDetail, InvalidRequest
+from kuitti.inputs import moment_in_range, parse_moment
 from kuitti.models.cards import TransactionType
 from kuitti.receipts.schema import ISO_4217_CODES
 
 PARTNER_CARD_ID_MAX = 200
 HOLDER_NAME_MAX = 200
 AMOUNT_MAX = 10**15
-_MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
+_MONTH_RE = re.compile(r"([0-9]{4})-([0-9]{2})")
 
 Model = TypeVar("Model", bound=BaseModel)
 
 
 def parse_exp_date(value: str) -> datetime:
     """``YYYY-MM`` (the end of that month) or an ISO 8601 date-time with an offset, as UTC."""
-    month = _MONTH_RE.match(value)
+    month = _MONTH_RE.fullmatch(value)
     if month is not None:
         year, mon = int(month.group(1)), int(month.group(2))
         if not 1 <= mon <= 12 or year < 2000:
             raise ValueError("not a valid month")
-        first_of_next = datetime(year + mon // 12, mon % 12 + 1, 1, tzinfo=UTC)
-        return first_of_next - timedelta(seconds=1)
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError("must be an ISO 8601 date-time such as 2028-12-31T23:59:59Z") from None
-    if moment.tzinfo is None or "T" not in value.upper():
-        raise ValueError("must be an ISO 8601 date-time with an offset, e.g. 2028-12-31T23:59:59Z")
-    return moment.astimezone(UTC)
+        last_day = calendar.monthrange(year, mon)[1]
+        return moment_in_range(datetime(year, mon, last_day, 23, 59, 59, tzinfo=UTC))
+    return parse_moment(value)
 
 
 def _fail(code: str, reason: str) -> PydanticCustomError:
@@ -111,15 +107,9 @@ def _currency(value: object) -> str:
 def _timestamp(value: object) -> datetime:
     stamp = _text(value, 64)
     try:
-        moment = datetime.fromisoformat(stamp)
-        if moment.tzinfo is None or "T" not in stamp.upper():
-            raise ValueError
-    except ValueError:
-        raise _fail(
-            "invalid_value",
-            "must be an ISO 8601 date-time with an offset, e.g. 2026-01-15T14:03:11+02:00.",
-        ) from None
-    return moment.astimezone(UTC)
+        return parse_moment(stamp)
+    except ValueError as exc:
+        raise _fail("invalid_value", f"{exc}.") from None
 
 
 Text200 = Annotated[str, PlainValidator(partial(_text, limit=200))]

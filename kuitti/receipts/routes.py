@@ -20,6 +20,7 @@ from kuitti.db import Database
 from kuitti.deps import get_services
 from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, NotFound, Unauthorized
 from kuitti.i18n import as_language, negotiate_locale
+from kuitti.inputs import query_moment
 from kuitti.models import Partner, Receipt
 from kuitti.oauth.bearer import reading_connection
 from kuitti.partners.keys import READERS, Credentials
@@ -170,7 +171,11 @@ _POST_HEADERS = (b"authorization", b"content-type", b"idempotency-key")
 
 
 class _ListQuery(BaseModel):
-    since: datetime | None = Field(None, description="Only receipts at or after this time.")
+    since: str | None = Field(
+        None,
+        description="Only receipts at or after this time: an ISO 8601 date-time with an offset.",
+        json_schema_extra={"format": "date-time"},
+    )
     limit: int = Field(readers.DEFAULT_LIST_LIMIT, ge=1, le=readers.MAX_LIST_LIMIT)
     cursor: str | None = Field(None, max_length=200)
 
@@ -277,10 +282,9 @@ def _list_request(query: Mapping[str, str]) -> _ListRequest:
     params = _checked(_ListQuery, "query", query, errors)
     if params is None:
         raise RequestValidationError(errors)
-    if params.since is not None and params.since.tzinfo is None:
-        raise InvalidRequest([ErrorDetail("invalid_value", "since: must carry a UTC offset.")])
+    since = query_moment("since", params.since) if params.since is not None else None
     after = readers.decode_cursor(params.cursor) if params.cursor is not None else None
-    return _ListRequest(params.since, params.limit, after)
+    return _ListRequest(since, params.limit, after)
 
 
 _MEDIA_TYPES = dict.fromkeys(row.media_type.partition(";")[0] for row in FORMATS.values())

@@ -13,7 +13,6 @@ tables' order; splitting it would make it harder to hold beside them.
 from __future__ import annotations
 
 import re
-import unicodedata
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Literal, NotRequired
@@ -33,18 +32,16 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
+from kuitti.inputs import parse_moment
+
 ISO_4217_CODES = frozenset(list_currencies())
 
 # Decimal text is on every row, so pydantic-core checks it with its own regular expression, in
-# Rust: a Python check per value was a quarter of the model's cost. The patterns accept exactly
-# what Python's ``re.match(r"^-?\d{1,15}(\.\d{1,10})?$", text)`` accepts, which is what the
-# service has always accepted: a digit is one of the Unicode version Python's ``\d`` knows (Rust's
-# knows newer ones), and ``$`` also matches before one final line break.
-# tests/receipts/test_schema_patterns.py proves the agreement over every code point.
-_MAJOR, _MINOR, _ = unicodedata.unidata_version.split(".")
-_DIGIT = rf"[\d&&\p{{Age=V{_MAJOR}_{_MINOR}}}]"
-DECIMAL_PATTERN = rf"^-?{_DIGIT}{{1,15}}(?:\.{_DIGIT}{{1,10}})?\n?$"
-UNSIGNED_DECIMAL_PATTERN = rf"^{_DIGIT}{{1,15}}(?:\.{_DIGIT}{{1,10}})?\n?$"
+# Rust: a Python check per value would be a quarter of the model's cost. The patterns are portable
+# (ECMA-262, Rust, Python): ASCII digits only, and ``$`` is the end of the text, never before a
+# final line break (in Rust and ECMA-262; Python code uses ``fullmatch``).
+DECIMAL_PATTERN = r"^-?[0-9]{1,15}(?:\.[0-9]{1,10})?$"
+UNSIGNED_DECIMAL_PATTERN = r"^[0-9]{1,15}(?:\.[0-9]{1,10})?$"
 PATTERN_MESSAGES = {
     DECIMAL_PATTERN: "must be a decimal number as text, e.g. 24 or 25.5",
     UNSIGNED_DECIMAL_PATTERN: "must be a non-negative decimal number as text, e.g. 24 or 25.5",
@@ -52,7 +49,7 @@ PATTERN_MESSAGES = {
 """Our message for a value that does not match one of these patterns (pydantic's own would echo
 the pattern)."""
 MASK_CHARACTERS = "*Xx#"
-MASKED_PAN_RE = re.compile(r"^[0-9*Xx# -]{4,26}$")
+MASKED_PAN_RE = re.compile(r"[0-9*Xx# -]{4,26}")
 
 # Limits that keep one request's work bounded; the body-size limit caps the rest.
 MAX_ROWS = 5000
@@ -62,14 +59,7 @@ LONG = 20_000
 
 
 def _check_datetime(value: str) -> str:
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError("must be an ISO 8601 date-time, e.g. 2026-05-04T12:30:00+03:00") from None
-    if "T" not in value.upper() and " " not in value:
-        raise ValueError("must be an ISO 8601 date-time (a date alone is not enough)")
-    if moment.tzinfo is None:
-        raise ValueError("must carry a UTC offset, e.g. +03:00 or Z")
+    parse_moment(value)
     return value
 
 
@@ -80,7 +70,7 @@ def _check_currency(value: str) -> str:
 
 
 def _check_masked_pan(value: str) -> str:
-    if not MASKED_PAN_RE.match(value):
+    if not MASKED_PAN_RE.fullmatch(value):
         raise ValueError("must be a masked card number: digits and mask characters * X x #")
     digits = [c for c in value if c.isdigit()]
     if not any(c in MASK_CHARACTERS for c in value) and len(digits) > 10:
@@ -178,7 +168,7 @@ class Discount(Document):
 class Categorization(Document):
     main: Text | None = Field(None, description="Main category identifier.")
     product: Text = Field(description="Product category identifier.")
-    sub: int | Annotated[str, Field(pattern=r"^\d{1,18}$")] | None = Field(
+    sub: int | Annotated[str, Field(pattern=r"^[0-9]{1,18}$")] | None = Field(
         None, description="Sub category identifier: an integer, or a string of digits."
     )
     tags: Annotated[list[Text], Field(max_length=MAX_ITEMS)] | None = Field(
@@ -266,10 +256,9 @@ class Product(TypedDict):
     journey: NotRequired[Annotated[Journey | None, NULL_IF_ABSENT]]
 
 
-# Rows the quick way. Checking a 60-row receipt's rows was most of the model's cost, Pydantic
-# building 180 dicts only to throw them away. msgspec checks the plainest rows, which nearly
-# every receipt has, in less than half the time (docs/performance.md, "Nineteenth round" under
-# Ingest): the same keys, types and limits as ``Product`` and ``ProductVat``, and no row with a
+# Rows the quick way: msgspec checks the plainest rows, which nearly every receipt has, in less
+# than half the time Pydantic takes to build them as models (docs/performance.md, Ingest): the
+# same keys, types and limits as ``Product`` and ``ProductVat``, and no row with a
 # nested object (Pydantic would make models of those, which later code reads). It only vouches:
 # when it refuses anything, Pydantic checks the rows again and writes the errors, so it may be
 # stricter than ``Product``, never looser. tests/receipts/test_plain_rows.py holds it to that.
@@ -304,10 +293,9 @@ class _PlainRow(msgspec.Struct, gc=False):
 
 
 _PlainRows = Annotated[list[_PlainRow], msgspec.Meta(min_length=1, max_length=MAX_ROWS)]
-# The decimal patterns as one match over all of a receipt's values joined by commas, which no
-# value may hold: Python's ``\d`` and its ``$`` (which also matches before a final line break)
-# are what DECIMAL_PATTERN spells for Rust.
-_UNSIGNED_DECIMAL = r"\d{1,15}(?:\.\d{1,10})?\n?"
+# The decimal patterns as one ``fullmatch`` over all of a receipt's values joined by commas,
+# which no value may hold.
+_UNSIGNED_DECIMAL = r"[0-9]{1,15}(?:\.[0-9]{1,10})?"
 _DECIMALS = re.compile(rf"(?:-?{_UNSIGNED_DECIMAL},)*-?{_UNSIGNED_DECIMAL}")
 _UNSIGNED_DECIMALS = re.compile(rf"(?:{_UNSIGNED_DECIMAL},)*{_UNSIGNED_DECIMAL}")
 
@@ -468,11 +456,11 @@ class Verification(Document):
     transactionEnd: TransactionEvent
 
 
-RECEIPT_ID_RE = re.compile(r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+RECEIPT_ID_RE = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 
 
 def _check_receipt_id(value: str) -> str:
-    if not RECEIPT_ID_RE.match(value):
+    if not RECEIPT_ID_RE.fullmatch(value):
         raise ValueError("must be a receipt_id this service gave (a UUID)")
     return value
 

@@ -89,8 +89,8 @@ class ReceiptRequest:
     def resend_hash(self) -> str:
         """What the stored receipt keeps as its ``document_hash``: under RECEIPT_ID tokens,
         ``document_hash``, which a resend of the receipt is compared with (``checks``); empty
-        for any other receipt, which no resend can name. Hashing every document cost a post
-        about 5 % of its CPU (docs/performance.md, "Twelfth round")."""
+        for any other receipt, which no resend can name (hashing every document would cost a
+        post about 5 % of its CPU)."""
         if any(token.type is TokenType.RECEIPT_ID for token in self.tokens):
             return self.document_hash
         return ""

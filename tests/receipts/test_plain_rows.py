@@ -34,7 +34,7 @@ ROWS: TypeAdapter[list[Product]] = TypeAdapter(list[Product])
 
 
 def pydantic_rows(rows: object) -> list[dict[str, Any]] | None:
-    """What ``Receipt`` checked rows with before msgspec: the rows, or None if refused."""
+    """What ``Receipt`` checks rows with when msgspec does not vouch: the rows, or None."""
     try:
         return ROWS.validate_python(rows, strict=True)  # type: ignore[return-value]
     except ValidationError:
@@ -74,7 +74,9 @@ def test_one_value_is_judged_as_pydantic_judges_it(
 ) -> None:
     texts = [template.format(c) for c in every_character()] + EDGES
     differ = [
-        t for t in texts if "," not in t and schema._all_match(joined, [t]) != bool(python.match(t))
+        t
+        for t in texts
+        if "," not in t and schema._all_match(joined, [t]) != bool(python.fullmatch(t))
     ]
     assert differ == []
 
@@ -88,11 +90,13 @@ def test_one_value_is_judged_as_pydantic_judges_it(
         [",1"],
         ["1", ""],
         ["", "1"],
-        ["1\n", "2\n"],  # each may end with one line break, as Python's $ allows
+        ["1\n", "2\n"],  # no value may end with a line break
+        ["1", "2\n"],
+        ["٢", "1"],  # nor hold a digit other than ASCII's
     ],
 )
 def test_values_are_never_run_together(values: list[str]) -> None:
-    one_by_one = all("," not in v and PYTHON_DECIMAL.match(v) for v in values)
+    one_by_one = all("," not in v and PYTHON_DECIMAL.fullmatch(v) for v in values)
     assert schema._all_match(schema._DECIMALS, values) == one_by_one
 
 
@@ -169,13 +173,12 @@ def test_every_key_set_to_every_edge_value(vat: bool) -> None:
 
 # Random rows: good ones, then a few keys of some changed to a value that is wrong, or right in
 # a way one of the two checks might get wrong.
-DIGITS = st.text(alphabet="0123456789١𝟘", min_size=1, max_size=16)
+DIGITS = st.text(alphabet="0123456789", min_size=1, max_size=16)
 GOOD_DECIMALS = st.builds(
-    lambda sign, whole, fraction, newline: sign + whole + fraction + newline,
+    lambda sign, whole, fraction: sign + whole + fraction,
     st.sampled_from(["", "-"]),
     DIGITS,
     st.one_of(st.just(""), DIGITS.map(lambda d: "." + d[:11])),
-    st.sampled_from(["", "", "", "\n"]),
 )
 GOOD_TEXTS = st.one_of(st.text(max_size=8), st.sampled_from(["", "x" * 500, "ä\u0301"]))
 GOOD_AMOUNTS = st.one_of(
@@ -191,7 +194,8 @@ ANY_JSON = st.recursive(
 TRICKY = st.one_of(
     ANY_JSON,
     GOOD_DECIMALS,
-    st.sampled_from(["1,5", "1.", "+1", "1\n\n", "\n1", "1" * 16, "-", "", "x" * 501]),
+    st.sampled_from(["1,5", "1.", "+1", "1\n", "1\n\n", "\n1", "1" * 16, "-", "", "x" * 501]),
+    st.sampled_from(["٢", "２", "१४", "1.٢", "𝟘", "-١"]),
     st.sampled_from([10**15 + 1, -(10**15) - 1, 2**64, 1.0, True, False, [], {}, "1"]),
     st.sampled_from(["y" * 20_000, "y" * 20_001]),
 )

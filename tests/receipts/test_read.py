@@ -337,7 +337,10 @@ class TestReadChecks:
             (
                 f"{LIST}?since=2026-01-01T00:00:00",
                 {},
-                {"error": "invalid_value", "decription": "since: must carry a UTC offset."},
+                {
+                    "error": "invalid_value",
+                    "decription": "since: must carry a UTC offset, e.g. +03:00 or Z.",
+                },
             ),
         ],
         ids=["layout", "lang", "two-errors", "limit", "list-two-errors", "naive-since"],

@@ -1,27 +1,40 @@
-"""Decimal text is checked by pydantic-core's regular expressions (Rust) instead of Python's
-``re``; these tests prove the two accept exactly the same text: every code point as a digit of
-the whole and of the fractional part, and random text over the characters that matter. A refused
-value gets the message the Python check gave."""
+"""Decimal text is checked by pydantic-core's regular expressions (Rust) from patterns published
+in the OpenAPI document; these tests prove they accept exactly the reference below (ASCII digits,
+nothing after the last one): every code point as a digit of the whole and of the fractional part,
+and random text over the characters that matter. The patterns are portable: a JSON Schema
+validator (ECMA-262) reads them alike. A refused value gets our message."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
 import sys
+import uuid
+from typing import Annotated, Any
 
+import httpx
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
 from kuitti.errors import InvalidRequest
-from kuitti.receipts.schema import DecimalText, RateText
+from kuitti.receipts.schema import (
+    DECIMAL_PATTERN,
+    UNSIGNED_DECIMAL_PATTERN,
+    DecimalText,
+    RateText,
+)
 from kuitti.receipts.validation import parse_receipt_request
-from tests.factories import receipt_doc
+from kuitti.services import Services
+from tests.factories import auth, make_partner, receipt_doc
 
-# What the service accepted before the check moved to Rust, written as it was.
-PYTHON_DECIMAL = re.compile(r"^-?\d{1,15}(\.\d{1,10})?$")
-PYTHON_UNSIGNED = re.compile(r"^\d{1,15}(\.\d{1,10})?$")
+# What SPEC §4 takes as decimal text, in Python: ``fullmatch``, so no final line break slips by.
+PYTHON_DECIMAL = re.compile(r"-?[0-9]{1,15}(\.[0-9]{1,10})?")
+PYTHON_UNSIGNED = re.compile(r"[0-9]{1,15}(\.[0-9]{1,10})?")
 
 CHECKS = [
     pytest.param(DecimalText, PYTHON_DECIMAL, id="decimal"),
@@ -58,7 +71,7 @@ def test_every_code_point_is_judged_alike(
 ) -> None:
     texts = [template.format(char) for char in every_character()]
     rust = accepted_by_rust(kind, texts)
-    differ = [t for t, ok in zip(texts, rust, strict=True) if ok != bool(python.match(t))]
+    differ = [t for t, ok in zip(texts, rust, strict=True) if ok != bool(python.fullmatch(t))]
     assert differ == []
 
 
@@ -88,7 +101,12 @@ EDGES = [
     "5.",
     "--1",
     "+1",
-    "١٤",  # Arabic-Indic digits: Python's \d has always taken them
+    "١٤",  # Arabic-Indic digits
+    "٢",
+    "２",  # a fullwidth digit
+    "१४",  # Devanagari digits
+    "2\n",
+    "𝟘",
     "1e3",
 ]
 
@@ -97,15 +115,15 @@ EDGES = [
 def test_edges_are_judged_alike(kind: object, python: re.Pattern[str]) -> None:
     rust = accepted_by_rust(kind, EDGES)
     assert [(t, ok) for t, ok in zip(EDGES, rust, strict=True)] == [
-        (t, bool(python.match(t))) for t in EDGES
+        (t, bool(python.fullmatch(t))) for t in EDGES
     ]
 
 
 @settings(max_examples=500, deadline=None, derandomize=True)
-@given(st.text(alphabet="0123456789.-\n\r +e١𝟘", max_size=32))
+@given(st.text(alphabet="0123456789.-\n\r +e١２𝟘", max_size=32))
 def test_random_text_is_judged_alike(text: str) -> None:
     for kind, python in ((DecimalText, PYTHON_DECIMAL), (RateText, PYTHON_UNSIGNED)):
-        assert accepted_by_rust(kind, [text]) == [bool(python.match(text))]
+        assert accepted_by_rust(kind, [text]) == [bool(python.fullmatch(text))]
 
 
 def refusal(change: dict[str, str]) -> list[dict[str, str]]:
@@ -158,4 +176,100 @@ def test_other_patterns_keep_their_own_message() -> None:
             "error": "invalid_value",
             "decription": "payments[0].type: string should match pattern '^[A-Z][A-Z0-9_]{0,39}$'.",
         }
+    ]
+
+
+def published_patterns(node: object) -> set[str]:
+    if isinstance(node, dict):
+        found = {node["pattern"]} if isinstance(node.get("pattern"), str) else set()
+        return found.union(*(published_patterns(value) for value in node.values()))
+    if isinstance(node, list):
+        return set().union(*(published_patterns(value) for value in node))
+    return set()
+
+
+# Each pattern compiled as a JSON Schema validator compiles it (ECMA-262, with the ``u`` flag),
+# then asked about every text: the answers, one line of JSON per pattern.
+JUDGE_IN_JAVASCRIPT = """
+const {patterns, texts} = JSON.parse(require("fs").readFileSync(0, "utf8"));
+for (const pattern of patterns) {
+  const re = new RegExp(pattern, "u");
+  console.log(JSON.stringify(texts.map((text) => re.test(text))));
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js, a JavaScript engine")
+def test_the_published_patterns_mean_the_same_in_javascript(client: httpx.Client) -> None:
+    patterns = sorted(published_patterns(client.get("/openapi.json").json()))
+    assert DECIMAL_PATTERN in patterns
+    assert UNSIGNED_DECIMAL_PATTERN in patterns
+    texts = [*EDGES, "1.2", "٢.5", "-２"]
+    judged = subprocess.run(
+        ["node", "-e", JUDGE_IN_JAVASCRIPT],
+        input=json.dumps({"patterns": patterns, "texts": texts}),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    answers = dict(zip(patterns, (json.loads(line) for line in judged), strict=True))
+    for pattern, python in (
+        (DECIMAL_PATTERN, PYTHON_DECIMAL),
+        (UNSIGNED_DECIMAL_PATTERN, PYTHON_UNSIGNED),
+    ):
+        assert answers[pattern] == [bool(python.fullmatch(t)) for t in texts]
+    for pattern in patterns:  # and every pattern reads as the service's own engine reads it
+        kind = Annotated[str, Field(pattern=pattern)]
+        assert answers[pattern] == accepted_by_rust(kind, texts), pattern
+
+
+@pytest.mark.parametrize("text", ["٢", "２", "१४", "2\n", "1.٥", "-٢"])
+def test_digits_other_than_ascii_and_a_final_line_break_are_refused_in_a_post(
+    client: httpx.Client, services: Services, text: str
+) -> None:
+    merchant = make_partner(services)
+    doc = receipt_doc()
+    doc["products"][0]["quantity"] = text
+    doc["products"][0]["vats"][0]["VATRate"] = text.lstrip("-")
+    answers = [
+        client.post(url, json=doc, headers=auth(merchant.api_key))
+        for url in ("/api/v1/receipts/validate", "/api/v1/receipts/")
+    ]
+    for answer in answers:
+        assert answer.status_code == 400
+        assert [e["decription"].split(":")[0] for e in answer.json()] == [
+            "products[0].quantity",
+            "products[0].vats[0].VATRate",
+        ]
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        (
+            lambda d: d["payments"][0]["attributes"].update(maskedPAN="415301******1234\n"),
+            "payments[0].attributes.maskedPAN",
+        ),
+        (
+            lambda d: d["products"][0].update(categorization={"main": "x", "sub": "١٤"}),
+            "products[0].categorization.sub",
+        ),
+        (
+            lambda d: d.update(type="RETURN", originalReceiptId=str(uuid.uuid4()) + "\n"),
+            "originalReceiptId",
+        ),
+    ],
+    ids=["maskedPAN", "categorization.sub", "originalReceiptId"],
+)
+def test_other_digit_rules_take_ascii_and_nothing_after(
+    client: httpx.Client, services: Services, change: Any, path: str
+) -> None:
+    merchant = make_partner(services)
+    doc = receipt_doc()
+    change(doc)
+    answer = client.post("/api/v1/receipts/validate", json=doc, headers=auth(merchant.api_key))
+    assert answer.status_code == 400
+    body = answer.json()
+    assert path in [
+        e["decription"].split(":")[0] for e in (body if isinstance(body, list) else [body])
     ]

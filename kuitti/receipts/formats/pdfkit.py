@@ -19,6 +19,13 @@ is confined to ``render_pages`` and ``_finish_pdfa``; reportlab is pinned in ``u
 ``tests/receipts/formats/test_service_pdf.py`` (``TestPdfA``, ``test_output_is_deterministic``)
 fails if an upgrade moves them, rather than letting the files change silently.
 
+Rendering runs in many threads at once, and reportlab's fonts are shared by all of them (they are
+registered once, by name, for the process). Drawing keeps its font state per document, but writing
+a document's font subsets reads the font file through one position that every thread shares
+(``TTFontFile.makeSubset``), so ``render_pages`` saves one document at a time (``_SAVING``), and
+the fonts are registered once under a lock. ``tests/receipts/formats/test_concurrent_renders.py``
+renders in many threads at once.
+
 Drawing is typed: a block holds ``DrawOp`` values (text, rule, rectangle, code) and
 ``_draw_page`` matches them exhaustively.
 
@@ -31,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -81,19 +89,28 @@ TEST_MARK = "TEST"
 TEST_NOTE = "TEST – a sandbox receipt, not a real purchase"
 
 _fonts_ready = False
+_REGISTERING = threading.Lock()
+_SAVING = threading.Lock()
+"""Held while a document is saved: saving writes its font subsets, which read the shared font
+files through one shared position."""
 
 
 def register_fonts() -> None:
+    """Register our fonts with reportlab, once per process: a second registration would replace
+    a font object that another thread's document is still drawing with."""
     global _fonts_ready
     if _fonts_ready:
         return
-    for name, filename in (
-        (REGULAR, "DejaVuSans.ttf"),
-        (BOLD, "DejaVuSans-Bold.ttf"),
-        (MONO, "DejaVuSansMono.ttf"),
-    ):
-        pdfmetrics.registerFont(TTFont(name, str(FONTS_DIR / filename)))
-    _fonts_ready = True
+    with _REGISTERING:
+        if _fonts_ready:
+            return
+        for name, filename in (
+            (REGULAR, "DejaVuSans.ttf"),
+            (BOLD, "DejaVuSans-Bold.ttf"),
+            (MONO, "DejaVuSansMono.ttf"),
+        ):
+            pdfmetrics.registerFont(TTFont(name, str(FONTS_DIR / filename)))
+        _fonts_ready = True
 
 
 def text_width(text: str, font: str, size: float) -> float:
@@ -576,7 +593,8 @@ def render_pages(
             decorate(canvas, number, total, height)
         canvas.showPage()
     _finish_pdfa(canvas, meta, embedded or [])
-    canvas.save()
+    with _SAVING:
+        canvas.save()
     return buffer.getvalue()
 
 
