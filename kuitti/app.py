@@ -19,6 +19,7 @@ from starlette.types import ASGIApp
 
 from kuitti import __version__
 from kuitti.cards.routes import router as cards_router
+from kuitti.clients import TrustedProxyHeaders
 from kuitti.clock import Clock, SystemClock
 from kuitti.config import Settings, load_settings
 from kuitti.db import Database
@@ -136,6 +137,7 @@ def create_app(
     _add_error_handlers(app)
     install_dispatch(app.router)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(TrustedProxyHeaders, trusted=settings.trusted_proxies)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app
 

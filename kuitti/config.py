@@ -7,6 +7,7 @@ that names the variable.
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from functools import cached_property
 from pathlib import Path
@@ -77,6 +78,27 @@ class Settings(BaseSettings):
     sandbox_retention_days: int = Field(
         7, gt=0, description="Days a sandbox partner's receipt is kept before it is deleted."
     )
+
+    # The edge: which peers may forward a client's address (kuitti/clients.py).
+    trusted_proxies: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="Comma-separated addresses or networks (CIDR) of the reverse proxies whose "
+        "X-Forwarded-For/-Proto are believed; empty: none, the peer is the client.",
+    )
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _parse_proxies(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list | tuple):
+            try:
+                return tuple(str(ipaddress.ip_network(str(part))) for part in value)
+            except ValueError as exc:
+                raise ValueError(
+                    "must be comma-separated IP addresses or networks, e.g. 10.0.0.5,10.1.0.0/16"
+                ) from exc
+        return value
 
     @field_validator("webhook_retry_schedule", mode="before")
     @classmethod

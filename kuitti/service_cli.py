@@ -49,7 +49,7 @@ def serve(
         "log_level": "warning",
         "log_config": UVICORN_LOG_CONFIG,
         "access_log": False,
-        "proxy_headers": True,
+        "proxy_headers": False,  # the app believes forwarded headers itself (kuitti/clients.py)
         "server_header": False,
     }
     os.environ[LISTEN_ENV] = f"http://{host}:{port}"

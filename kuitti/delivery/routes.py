@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
+from kuitti.clients import client_address
 from kuitti.delivery import links, qr
 from kuitti.delivery.linkpage import LinkPage, language_links, page_context, page_language
 from kuitti.delivery.service import deliver_to_user
@@ -73,7 +74,7 @@ def create_qr_code(connection: AppConnection, services: ServicesDep, now: Now) -
 def _limited(request: Request) -> Response | None:
     """The 429 page when this client is over the link-page limit."""
     services = get_services(request)
-    client = request.client.host if request.client else "unknown"
+    client = client_address(request)
     retry_after = services.link_rate_limiter.hit(client, services.clock.now().timestamp())
     if retry_after is None:
         return None
