@@ -79,11 +79,21 @@ class Settings(BaseSettings):
         7, gt=0, description="Days a sandbox partner's receipt is kept before it is deleted."
     )
 
-    # The edge: which peers may forward a client's address (kuitti/clients.py).
+    # The edge: which peers may forward a client's address (kuitti/clients.py), and how large and
+    # how slow a request may be (kuitti/edge.py).
     trusted_proxies: Annotated[tuple[str, ...], NoDecode] = Field(
         (),
         description="Comma-separated addresses or networks (CIDR) of the reverse proxies whose "
         "X-Forwarded-For/-Proto are believed; empty: none, the peer is the client.",
+    )
+    max_header_bytes: int = Field(
+        32_768, ge=1024, description="Largest request line and headers together (431 beyond)."
+    )
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="Time a client has to send a request's line and headers (408)."
+    )
+    body_timeout_seconds: float = Field(
+        30.0, gt=0, description="Time a client has to send a request's body after its headers."
     )
 
     @field_validator("trusted_proxies", mode="before")

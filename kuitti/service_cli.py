@@ -51,6 +51,7 @@ def serve(
         "access_log": False,
         "proxy_headers": False,  # the app believes forwarded headers itself (kuitti/clients.py)
         "server_header": False,
+        "http": "kuitti.edge:BoundedHttpToolsProtocol",  # head size and read times bounded
     }
     os.environ[LISTEN_ENV] = f"http://{host}:{port}"
     os.environ[PROCESSES_ENV] = str(workers)
