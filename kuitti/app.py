@@ -18,6 +18,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from kuitti import __version__
+from kuitti.admission import AdmissionLimit, Gate
 from kuitti.cards.routes import router as cards_router
 from kuitti.clients import TrustedProxyHeaders
 from kuitti.clock import Clock, SystemClock
@@ -137,6 +138,7 @@ def create_app(
     _add_error_handlers(app)
     install_dispatch(app.router)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(AdmissionLimit, gate=Gate(settings.max_requests_in_flight))
     app.add_middleware(TrustedProxyHeaders, trusted=settings.trusted_proxies)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app

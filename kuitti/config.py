@@ -79,8 +79,8 @@ class Settings(BaseSettings):
         7, gt=0, description="Days a sandbox partner's receipt is kept before it is deleted."
     )
 
-    # The edge: which peers may forward a client's address (kuitti/clients.py), and how large and
-    # how slow a request may be (kuitti/edge.py).
+    # The edge: which peers may forward a client's address (kuitti/clients.py), how large and how
+    # slow a request may be (kuitti/edge.py), how many a process admits (kuitti/admission.py).
     trusted_proxies: Annotated[tuple[str, ...], NoDecode] = Field(
         (),
         description="Comma-separated addresses or networks (CIDR) of the reverse proxies whose "
@@ -94,6 +94,12 @@ class Settings(BaseSettings):
     )
     body_timeout_seconds: float = Field(
         30.0, gt=0, description="Time a client has to send a request's body after its headers."
+    )
+    max_requests_in_flight: int = Field(
+        64,
+        gt=0,
+        description="Requests a server process works on at once; the excess is answered 503 "
+        "with Retry-After at once (kuitti/admission.py; see docs/operations.md).",
     )
 
     @field_validator("trusted_proxies", mode="before")
