@@ -18,8 +18,10 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
 from kuitti import __version__
+from kuitti.admission import AdmissionLimit, Gate
 from kuitti.allowed import allowed_methods
 from kuitti.cards.routes import router as cards_router
+from kuitti.clients import TrustedProxyHeaders
 from kuitti.clock import Clock, SystemClock
 from kuitti.config import Settings, load_settings
 from kuitti.db import Database
@@ -133,6 +135,8 @@ def create_app(
     api_routes = [*FRONT_ROUTES, *(route for router in ROUTERS for route in router.routes)]
     app.add_middleware(TrailingSlashes, routes=api_routes)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(AdmissionLimit, gate=Gate(settings.max_requests_in_flight))
+    app.add_middleware(TrustedProxyHeaders, trusted=settings.trusted_proxies)
     app.openapi = lambda: build_openapi(app, FRONT_DOCUMENTED)  # type: ignore[method-assign]
     return app
 

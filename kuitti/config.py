@@ -7,6 +7,7 @@ that names the variable.
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from functools import cached_property
 from pathlib import Path
@@ -122,6 +123,43 @@ class Settings(BaseSettings):
         description="Days an Idempotency-Key's first answer is replayed; after that the key may "
         "be used again.",
     )
+
+    # The edge: which peers may forward a client's address (kuitti/clients.py), how large and how
+    # slow a request may be (kuitti/edge.py), how many a process admits (kuitti/admission.py).
+    trusted_proxies: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="Comma-separated addresses or networks (CIDR) of the reverse proxies whose "
+        "X-Forwarded-For/-Proto are believed; empty: none, the peer is the client.",
+    )
+    max_header_bytes: int = Field(
+        32_768, ge=1024, description="Largest request line and headers together (431 beyond)."
+    )
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="Time a client has to send a request's line and headers (408)."
+    )
+    body_timeout_seconds: float = Field(
+        30.0, gt=0, description="Time a client has to send a request's body after its headers."
+    )
+    max_requests_in_flight: int = Field(
+        64,
+        gt=0,
+        description="Requests a server process works on at once; the excess is answered 503 "
+        "with Retry-After at once (kuitti/admission.py; see docs/operations.md).",
+    )
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _parse_proxies(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list | tuple):
+            try:
+                return tuple(str(ipaddress.ip_network(str(part))) for part in value)
+            except ValueError as exc:
+                raise ValueError(
+                    "must be comma-separated IP addresses or networks, e.g. 10.0.0.5,10.1.0.0/16"
+                ) from exc
+        return value
 
     @field_validator("webhook_retry_schedule", mode="before")
     @classmethod

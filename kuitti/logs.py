@@ -1,6 +1,8 @@
 """Structured logs: one JSON object per line, with the request id bound for the request.
 
-Every line is JSON, uvicorn's own included (``UVICORN_LOG_CONFIG``), and no line holds a secret:
+Every line is JSON, uvicorn's own included (``UVICORN_LOG_CONFIG``), and each is written to stderr
+with one ``write(2)`` of the whole line (``write_line``), so the lines of several server processes
+sharing the descriptor never glue together or split. No line holds a secret:
 paths that carry one are logged with it replaced (``redact_path``), query strings are never
 logged, and the database engine hides bound parameters from its errors (``kuitti.db``).
 """
@@ -8,8 +10,8 @@ logged, and the database engine hides bound parameters from its errors (``kuitti
 from __future__ import annotations
 
 import logging
+import os
 import re
-import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +21,7 @@ import structlog
 from kuitti.clock import iso_utc
 
 REDACTED = "<redacted>"
+STDERR_FD = 2
 
 # Routes whose path carries a secret: a password-reset or e-mail verification token, or a
 # receipt's private link token (which shows the receipt without login).
@@ -45,9 +48,40 @@ def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=LineLogger,
         cache_logger_on_first_use=True,
     )
+
+
+def write_line(line: str) -> None:
+    """``line`` and its newline in one ``write(2)`` on stderr's descriptor, past Python's buffers:
+    ``print`` writes the text and the newline separately, and another process's line lands
+    between them. The loop only continues after a partial write (a full disk, a signal)."""
+    data = (line + "\n").encode()
+    while data:
+        data = data[os.write(STDERR_FD, data) :]
+
+
+class LineLogger:
+    """structlog's logger: every rendered event is one ``write_line``."""
+
+    def __init__(self, *_args: Any) -> None:
+        pass
+
+    def msg(self, message: str) -> None:
+        write_line(message)
+
+    log = debug = info = warning = warn = error = err = critical = exception = fatal = msg
+
+
+class LineHandler(logging.Handler):
+    """The standard library's records (uvicorn's own) written as ``LineLogger`` writes ours."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            write_line(self.format(record))
+        except Exception:  # a log line must never fail the request that logs it
+            self.handleError(record)
 
 
 def _json_line(event: dict[str, Any], **options: Any) -> str:
@@ -75,13 +109,7 @@ UVICORN_LOG_CONFIG: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"json": {"()": "kuitti.logs.JsonLogFormatter"}},
-    "handlers": {
-        "stderr": {
-            "class": "logging.StreamHandler",
-            "formatter": "json",
-            "stream": "ext://sys.stderr",
-        }
-    },
+    "handlers": {"stderr": {"class": "kuitti.logs.LineHandler", "formatter": "json"}},
     "loggers": {
         "uvicorn": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
         "uvicorn.error": {"level": "INFO"},

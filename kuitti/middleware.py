@@ -115,19 +115,25 @@ class RequestContextMiddleware:
         if body is None:
             await refuse(send, 413, "payload_too_large", too_large)
             return
+        if body is CLIENT_LEFT:
+            return  # a body cut short is never handled as if it were whole
         if _form_has_nul(content_type, body):
             await refuse(send, 400, "invalid_value", "form: text may not contain U+0000.")
             return
         await self.app(scope, _replay(body, receive), send)
 
 
+CLIENT_LEFT = b"<the client left before its body was whole>"
+
+
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole body, or None as soon as it passes ``limit`` (the rest is never read)."""
+    """The whole body, None as soon as it passes ``limit`` (the rest is never read), or
+    ``CLIENT_LEFT`` when the connection ends first."""
     body = bytearray()
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return bytes(body)  # the client left; the route will see the disconnect
+            return CLIENT_LEFT
         body += message.get("body", b"")
         if len(body) > limit:
             return None

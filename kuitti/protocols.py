@@ -5,8 +5,9 @@ the URL or a header name, a bad or repeated ``Content-Length``, a URL or header 
 parser's limit, about 80 KB for httptools) never reaches the application: uvicorn answers 400
 ``Invalid HTTP request received.`` in plain text. These subclasses answer the same 400 as
 ``{"error": "bad_request", "decription": ...}``, and close the connection as uvicorn does.
-``kuitti serve`` runs ``HttpToolsProtocol``'s (``HTTP_PROTOCOL``), as uvicorn's ``auto`` would;
-the h11 one is for a deployment that picks h11 (``--http kuitti.protocols:H11JsonErrors``).
+``kuitti serve`` runs the httptools one, bounded in size and time by ``kuitti.edge``
+(``HTTP_PROTOCOL``), as uvicorn's ``auto`` would pick httptools; the h11 one is for a deployment
+that picks h11 (``--http kuitti.protocols:H11JsonErrors``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-HTTP_PROTOCOL = "kuitti.protocols:HttpToolsJsonErrors"
+HTTP_PROTOCOL = "kuitti.edge:BoundedHttpToolsProtocol"
 
 
 def bad_request_body(message: str) -> bytes:

@@ -47,7 +47,7 @@ def serve(
         "log_level": "warning",
         "log_config": UVICORN_LOG_CONFIG,
         "access_log": False,
-        "proxy_headers": True,
+        "proxy_headers": False,  # the app believes forwarded headers itself (kuitti/clients.py)
         "server_header": False,
         "http": HTTP_PROTOCOL,
     }

@@ -2,10 +2,11 @@
 
 CSRF uses a signed double-submit token: ``<nonce>.<mac>`` in a ``SameSite=Lax`` cookie and the
 same value in a hidden form field, where the mac is an HMAC, under the server secret, of the nonce
-and the browser's session cookie (empty before login). A POST is accepted only when field and
-cookie match and the mac is right for the session the request carries: a cookie and field that
-a client chose itself, or a token issued to another session, are refused. It works before login
-(login CSRF) and needs no server state; logging in issues a token bound to the new session.
+and what the browser's requests are bound to: its session cookie, or before login its pre-session
+cookie (``kuitti_presession``, a random value the server issues with the first form). A POST is
+accepted only when field and cookie match and the mac is right for the session or pre-session the
+request carries: a cookie and field that a client chose itself, or a token issued to another
+browser, are refused. It needs no server state; logging in issues a token bound to the new session.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kuitti.paths import TEMPLATES_DIR
 CSRF_COOKIE = "kuitti_csrf"
 CSRF_FIELD = "csrf_token"
 SESSION_COOKIE = "kuitti_session"
+PRESESSION_COOKIE = "kuitti_presession"
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 
@@ -50,12 +52,18 @@ def _csrf_mac(request: Request, nonce: str, session_token: str) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
+def _binding(request: Request) -> str:
+    """What the request's tokens are bound to: its session, else its pre-session, else none."""
+    issued: str = getattr(request.state, "new_presession", "")
+    return request.cookies.get(SESSION_COOKIE) or request.cookies.get(PRESESSION_COOKIE) or issued
+
+
 def _csrf_valid(request: Request, token: str | None) -> bool:
-    if not token:
+    binding = _binding(request)
+    if not token or not binding:
         return False
     nonce, _, mac = token.partition(".")
-    expected = _csrf_mac(request, nonce, request.cookies.get(SESSION_COOKIE, ""))
-    return bool(nonce) and hmac.compare_digest(mac, expected)
+    return bool(nonce) and hmac.compare_digest(mac, _csrf_mac(request, nonce, binding))
 
 
 def renew_csrf_token(request: Request, session_token: str) -> None:
@@ -66,15 +74,17 @@ def renew_csrf_token(request: Request, session_token: str) -> None:
 
 
 def csrf_token(request: Request) -> str:
-    """The request's CSRF token: the cookie's while it is valid for the request's session, or a
-    new one that ``render`` will set."""
+    """The request's CSRF token: the cookie's while it is valid for the request's session or
+    pre-session, or a new one that ``render`` will set (with a new pre-session if it has none)."""
     existing = request.cookies.get(CSRF_COOKIE)
     if _csrf_valid(request, existing):
         assert existing is not None
         return existing
     token: str | None = getattr(request.state, "new_csrf_token", None)
     if token is None:
-        renew_csrf_token(request, request.cookies.get(SESSION_COOKIE, ""))
+        if not _binding(request):
+            request.state.new_presession = secrets.token_urlsafe(32)
+        renew_csrf_token(request, _binding(request))
         token = request.state.new_csrf_token
     return token
 
@@ -101,16 +111,20 @@ def secure_cookies(request: Request) -> bool:
 def set_page_headers(request: Request, response: Response) -> Response:
     for name, value in PAGE_HEADERS.items():
         response.headers.setdefault(name, value)
-    new_token = getattr(request.state, "new_csrf_token", None)
-    if new_token:
-        response.set_cookie(
-            CSRF_COOKIE,
-            new_token,
-            httponly=True,
-            samesite="lax",
-            secure=secure_cookies(request),
-            path="/",
-        )
+    for cookie, attribute in (
+        (PRESESSION_COOKIE, "new_presession"),
+        (CSRF_COOKIE, "new_csrf_token"),
+    ):
+        new_value: str | None = getattr(request.state, attribute, None)
+        if new_value:
+            response.set_cookie(
+                cookie,
+                new_value,
+                httponly=True,
+                samesite="lax",
+                secure=secure_cookies(request),
+                path="/",
+            )
     return response
 
 

@@ -128,7 +128,9 @@ class LiveServer:
 
     def __init__(self, services: Services, port: int) -> None:
         app = create_app(services.settings, db=services.db, clock=services.clock)
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", proxy_headers=False
+        )
         self.server = uvicorn.Server(config)
         self.url = f"http://127.0.0.1:{port}"
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import threading
 import uuid
 from pathlib import Path
 
@@ -18,9 +20,9 @@ from kuitti.config import Settings
 from kuitti.delivery.links import private_link_token
 from kuitti.logs import redact_path
 from kuitti.services import Services
-from tests.conftest import free_port
+from tests.conftest import BACKEND, free_port
 from tests.factories import auth, receipt_doc
-from tests.test_serve import create_merchant, start, stop, wait_ready
+from tests.test_serve import KUITTI, create_merchant, start, stop, wait_ready
 
 RESET_TOKEN = "reset-SECRET-0123456789abcdef"
 VERIFY_TOKEN = "verify-SECRET-0123456789abcdef"
@@ -68,6 +70,52 @@ def test_every_line_is_json_and_holds_no_secret(tmp_path: Path) -> None:
     paths = {event.get("path") for event in events}
     assert "/password-reset/<redacted>" in paths
     assert "/r/<redacted>/pdf" in paths
+
+
+LOGGING_CLIENTS = 8
+REQUESTS_PER_CLIENT = 500  # enough lines that two processes' writes meet many times
+
+
+def test_several_processes_never_glue_lines(
+    serve: tuple[str, dict[str, str], list[str]], tmp_path: Path, services: Services
+) -> None:
+    url, env, args = serve
+    env["KUITTI_LOG_LEVEL"] = "INFO"
+    if BACKEND == "postgresql":
+        env["KUITTI_DATABASE_URL"] = services.settings.database_url or ""
+    out, err = tmp_path / "stdout.log", tmp_path / "stderr.log"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        process = subprocess.Popen(
+            [KUITTI, "serve", *args, "--workers", "2"],
+            env=env, cwd=tmp_path, stdout=stdout, stderr=stderr,
+        )  # fmt: skip
+    try:
+        wait_ready(url, process, err)
+
+        def client() -> None:
+            with httpx.Client(base_url=url, timeout=30) as http:
+                for _ in range(REQUESTS_PER_CLIENT):  # a new connection: either process answers
+                    http.get("/healthz", headers={"Connection": "close"})
+
+        threads = [threading.Thread(target=client) for _ in range(LOGGING_CLIENTS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        stop(process)
+    lines = out.read_bytes().splitlines() + err.read_bytes().splitlines()
+    glued = [line for line in lines if not isinstance(_parsed(line), dict)]
+    assert glued == []
+    requests = [line for line in lines if b'"event":"request"' in line]
+    assert len(requests) >= LOGGING_CLIENTS * REQUESTS_PER_CLIENT
+
+
+def _parsed(line: bytes) -> object:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
 
 
 @pytest.mark.parametrize(

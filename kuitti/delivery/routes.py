@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
+from kuitti.clients import client_address
 from kuitti.delivery import links, qr
 from kuitti.delivery.linkpage import LinkPage, language_links, page_context, page_language
 from kuitti.delivery.service import import_from_link
@@ -77,16 +78,11 @@ def create_qr_code(connection: AppConnection, services: ServicesDep, now: Now) -
 # -- link pages -------------------------------------------------------------------------------
 
 
-def _client_address(request: Request) -> str:
-    """The address the link limits count by."""
-    return request.client.host if request.client else "unknown"
-
-
 def _limited(request: Request, target: LinkPage) -> Response | None:
     """The 429 page when this client is over the link-page limit, or may look up no link of
     this kind for now because of its misses (``LinkMisses``)."""
     services = get_services(request)
-    client = _client_address(request)
+    client = client_address(request)
     now = services.clock.now().timestamp()
     retry_after = services.link_rate_limiter.hit(client, now)
     if retry_after is None:
@@ -112,7 +108,7 @@ def _missed(request: Request, target: LinkPage, lang: str | None) -> Response:
     """The 404 page of a lookup that found nothing, counted against the miss limits; the miss
     that starts a burst is logged at warning level and counted (the alert)."""
     services = get_services(request)
-    client = _client_address(request)
+    client = client_address(request)
     LINK_MISSES.inc()
     for scope in services.link_misses.missed(
         client, target.namespace, services.clock.now().timestamp()

@@ -20,6 +20,7 @@ from fastapi.responses import RedirectResponse
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
+from kuitti.clients import client_address
 from kuitti.deps import Now, ReadSession, ServicesDep, release_connection
 from kuitti.errors import KuittiError
 from kuitti.metrics import LOGINS
@@ -116,10 +117,6 @@ def set_session_cookie(request: Request, response: Response, token: str) -> None
 
 def redirect(request: Request, location: str) -> Response:
     return set_page_headers(request, RedirectResponse(location, status_code=303))
-
-
-def client_address(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
 
 
 def account_form(

@@ -158,3 +158,43 @@ class TestTokensAreBound:
         after = client.cookies["kuitti_csrf"]
         assert after != before
         assert client.post("/logout", data={"csrf_token": after}).status_code == 303
+
+
+# The anonymous forms, with a page that issues their token and fields that would change state.
+ANONYMOUS_FORMS = [
+    ("/login", {"email": "maija@example.com", "password": "correct horse 1", "action": "login"}),
+    ("/signup", {"email": "new@example.com", "password": "long enough 1", "action": "signup"}),
+    ("/password-reset", {"email": "maija@example.com"}),
+]
+
+
+class TestPlantedPreLoginPair:
+    """Before login a token is bound to the browser's pre-session: a genuine pair that another
+    anonymous browser obtained, planted in a victim's browser, is refused."""
+
+    @pytest.mark.parametrize(("path", "fields"), ANONYMOUS_FORMS)
+    @pytest.mark.parametrize("victim_has_visited", [True, False])
+    def test_another_browsers_pair_is_refused(
+        self,
+        client: httpx.Client,
+        services: Services,
+        live_server: LiveServer,
+        path: str,
+        fields: dict[str, str],
+        victim_has_visited: bool,
+    ) -> None:
+        make_user(services, "maija@example.com")
+        attacker_token = csrf_of(client.get(path))
+        with httpx.Client(base_url=live_server.url) as victim:
+            if victim_has_visited:
+                csrf_of(victim.get(path))
+            victim.cookies.set("kuitti_csrf", attacker_token)
+            answer = victim.post(path, data={**fields, "csrf_token": attacker_token})
+            assert answer.status_code == 403
+            assert "kuitti_session" not in victim.cookies
+        assert count(services, UserSession) == 0
+        assert count(services, User) == 1
+        assert count(services, MailMessage) == 0
+        # The pair still works in the browser it was issued to.
+        mine = client.post(path, data={**fields, "csrf_token": attacker_token})
+        assert mine.status_code in {200, 303}

@@ -181,8 +181,10 @@ class TestSecureCookies:
         ):
             page = http.get("/login")
             assert "Secure" in page.headers["set-cookie"]  # the CSRF cookie
-            # httpx keeps Secure cookies away from http://; hand the CSRF cookie over.
+            # httpx keeps Secure cookies away from http://; hand the CSRF and pre-session
+            # cookies over.
             http.cookies.set("kuitti_csrf", csrf_of(page))
+            http.cookies.set("kuitti_presession", page.cookies["kuitti_presession"])
             answer = http.post(
                 "/login",
                 data={
