@@ -26,7 +26,7 @@ class Settings(BaseSettings):
     public_url: str = Field(
         "http://127.0.0.1:8000",
         description="Public address of the server; default for the three base addresses and the "
-        "JWT issuer.",
+        "JWT issuer. Unset, 'kuitti serve' sets it to the address it listens on.",
     )
     auth_url: str | None = Field(None, description="Address of the user-facing pages ({auth_url}).")
     receipt_link_base: str | None = Field(
