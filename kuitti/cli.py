@@ -8,7 +8,9 @@ Secrets are printed once, at creation. What the commands share (settings, output
 from __future__ import annotations
 
 import importlib
-from typing import NamedTuple
+import sys
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import typer
 from typer import _click as click  # Typer's own copy of click: the types TyperGroup is made of
@@ -89,6 +91,36 @@ class LazyGroup(TyperGroup):
         if name in COMMANDS:
             command = load_command(name)
         return name, command, rest
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run; a usage mistake (an unknown option, ``--port abc``) is one line on stderr and
+        exit status 2, as every other configuration mistake is (``cli_helpers.fail``)."""
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()
+            code = exc.exit_code
+        except click.exceptions.UsageError as exc:
+            where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"error: {exc.format_message()}{where}", err=True)
+            code = exc.exit_code
+        except click.ClickException as exc:
+            click.echo(f"error: {exc.format_message()}", err=True)
+            code = exc.exit_code
+        except typer.Abort:
+            click.echo("Aborted!", err=True)
+            code = 1
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 app = typer.Typer(

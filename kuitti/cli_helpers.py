@@ -43,7 +43,9 @@ def settings_or_exit() -> Settings:
         return load_settings()
     except ValidationError as exc:
         lines = [
-            f"KUITTI_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
+            f"KUITTI_{'_'.join(str(p) for p in e['loc']).upper()}: "
+            + e["msg"].removeprefix("Value error, ")
+            for e in exc.errors()
         ]
         fail("invalid settings: " + "; ".join(lines))
 
@@ -64,11 +66,40 @@ def open_database(settings: Settings, pool_size: int) -> Database:
     return db
 
 
+def say_which_database(settings: Settings) -> None:
+    """On stderr: the database when it is the default one (an operator who named one knows it),
+    and a warning before a new SQLite file is made."""
+    path = settings.sqlite_path
+    if path is not None and not path.exists():
+        typer.echo(
+            f"kuitti: no database at {path}: creating a new one (KUITTI_VAR_DIR or "
+            "KUITTI_DATABASE_URL names another)",
+            err=True,
+        )
+    elif not settings.database_url:
+        typer.echo(f"kuitti: database {path}", err=True)
+
+
+def make_secret_if_missing(settings: Settings) -> None:
+    """Without ``KUITTI_SECRET_KEY``, make ``var/secret_key`` now and say so on stderr: a process
+    with another secret cannot open what this one seals."""
+    if settings.secret_key or (settings.var_dir / "secret_key").exists():
+        return
+    _ = settings.resolved_secret_key
+    typer.echo(
+        f"kuitti: generated a new server secret in {settings.var_dir / 'secret_key'} (every "
+        "process that shares this database needs the same one: KUITTI_SECRET_KEY)",
+        err=True,
+    )
+
+
 def open_services() -> Services:
     """Settings, database and clock for one command; an embedded SQLite is migrated on the spot.
     The database connections are closed when the command ends."""
     settings = settings_or_exit()
+    say_which_database(settings)
     db = open_database(settings, pool_size=2)
+    make_secret_if_missing(settings)
     if db.is_sqlite:
         upgrade(db)
     elif not schema_is_current(db):

@@ -229,6 +229,7 @@ def serve(tmp_path: Path) -> tuple[str, dict[str, str], list[str]]:
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "KUITTI_PUBLIC_URL": f"http://127.0.0.1:{port}",
         "KUITTI_LOG_LEVEL": "WARNING",
+        "KUITTI_VAR_DIR": str(tmp_path / "var"),  # not the checkout's own var/
     }
     env.pop("KUITTI_DATABASE_URL", None)
     return f"http://127.0.0.1:{port}", env, ["--port", str(port)]

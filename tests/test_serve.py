@@ -77,7 +77,7 @@ def test_embedded_default_on_sqlite(
         ready = [orjson.loads(line) for line in log.read_text().splitlines() if "ready" in line]
         assert ready[0]["event"] == "kuitti is ready"
         assert ready[0]["listening"] == url
-        assert ready[0]["database"] == "sqlite:///var/kuitti.db"
+        assert ready[0]["database"] == f"sqlite:///{tmp_path / 'var' / 'kuitti.db'}"
         assert ready[0]["worker"] == "in this process"
         assert ready[0]["processes"] == 1
         assert (tmp_path / "var" / "kuitti.db").exists()
@@ -126,7 +126,7 @@ def test_several_processes_on_postgresql(
 ) -> None:
     url, env, args = serve
     env["KUITTI_DATABASE_URL"] = services.settings.database_url or ""
-    env["KUITTI_SECRET_KEY"] = "shared-by-every-instance"
+    env["KUITTI_SECRET_KEY"] = "shared-by-every-instance-of-the-service"
     process, log = start([*args, "--workers", "2", "--no-worker"], env, tmp_path)
     try:
         wait_ready(url, process, log)
