@@ -22,6 +22,7 @@ from kuitti.dbmigrate import upgrade
 from kuitti.demo import fill_demo
 from kuitti.logs import UVICORN_LOG_CONFIG
 from kuitti.worker import run_worker_process
+from kuitti.worker_http import bind_monitoring
 
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 
@@ -87,11 +88,29 @@ def public_host(host: str) -> str:
     return socket.gethostname() if host in {"0.0.0.0", "::", ""} else host  # noqa: S104
 
 
-def worker() -> None:
+def worker(
+    host: Annotated[
+        str, typer.Option(help="Address for /healthz and /metrics.", envvar="KUITTI_WORKER_HOST")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Port for /healthz and /metrics (0: any free port).",
+            envvar="KUITTI_WORKER_PORT",
+        ),
+    ] = 8001,
+) -> None:
     """Run the delivery worker alone (webhooks and e-mail)."""
     services = open_services()
     try:
-        run_worker_process(services)
+        try:
+            monitoring = bind_monitoring(host, port)
+        except OSError as exc:
+            fail(f"cannot listen on {host}:{port} ({exc.strerror}; is another worker there?)")
+        address = http_address(host, monitoring.getsockname()[1])
+        run_worker_process(services, monitoring=monitoring, listening=address)
     finally:
         services.db.dispose()  # the last connection to close on SQLite removes the WAL
 

@@ -37,6 +37,8 @@ from kuitti.services import Services
 from tests.browser import CHROMIUM, launch_chromium
 
 BACKEND = os.environ.get("KUITTI_TEST_DATABASE", "sqlite")
+# Every `kuitti worker` a test starts takes any free port for /metrics, never the fixed default.
+os.environ.setdefault("KUITTI_WORKER_PORT", "0")
 PG_ADMIN_URL = os.environ.get(
     "KUITTI_TEST_POSTGRES_URL", "postgresql://kuitti:kuitti@127.0.0.1:5432/postgres"
 )
