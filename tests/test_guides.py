@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -144,3 +145,30 @@ def test_webhooks_checking_code_accepts_a_real_delivery(services: Services) -> N
     assert handled == [(orjson.loads(call.body), call.webhook_id)]
     assert handle(call.body.replace(b"}", b" }", 1), call.headers) == 400
     assert handle(call.body, {**call.headers, "authorization": "Token whsec_forged"}) == 401
+
+
+def test_matching_try_it_matches_today_and_again(
+    serve: tuple[str, dict[str, str], list[str]], tmp_path: Path
+) -> None:
+    """docs/matching.md, "Try it": times computed when pasted, partners of its own each run."""
+    url, env, args = serve
+    setup, explain = shell_blocks(
+        ROOT / "docs" / "matching.md", "## Try it: a card, its transaction and a receipt that match"
+    )
+    setup = setup.replace(GUIDE_ADDRESS, url).replace('export PATH="$PWD/.venv/bin:$PATH"', "")
+    process, log = start(args, env, tmp_path)
+    try:
+        wait_ready(url, process, log)
+        for _ in range(2):  # pasted twice, as a newcomer might
+            out = bash(setup + '\necho "$RECEIPT_ID"\n', env, tmp_path)
+            receipt_id = out.strip().rsplit("\n", 1)[-1]
+            deadline = time.monotonic() + 60
+            while True:  # the matching step runs just after the receipt's commit
+                explained = bash(f"RECEIPT_ID={receipt_id}\n{explain}", env, tmp_path)
+                if "pending" not in explained or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)  # polling a running server, not timing a result
+            assert "  payment 0: matched — MID MID-1" in explained, explained
+            assert "    matched card " in explained and " (card-1) on " in explained, explained
+    finally:
+        stop(process)
