@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from kuitti import config
+from kuitti import cli, config
 from kuitti.cli import COMMANDS, app, load_command
 from kuitti.config import Settings, default_var_dir
 from kuitti.models import Partner, User
@@ -240,10 +240,11 @@ def test_lazy_commands_load_as_listed() -> None:
         assert (command.help or "").split("\n\n")[0].replace("\n", " ") == spec.help, name
 
 
-def test_help_imports_no_command_module() -> None:
+@pytest.mark.parametrize("command", [[], ["serve"], ["partner", "create"]])
+def test_help_imports_no_command_module(command: list[str]) -> None:
     code = (
         "import sys; from typer.testing import CliRunner; from kuitti.cli import app; "
-        "assert CliRunner().invoke(app, ['--help']).exit_code == 0; "
+        f"assert CliRunner().invoke(app, [*{command!r}, '--help']).exit_code == 0; "
         "print(sorted(m for m in sys.modules if m.startswith(('kuitti.', 'fastapi', 'uvicorn'))))"
     )
     loaded = subprocess.run(
@@ -347,3 +348,24 @@ def test_default_state_is_one_place_whatever_the_directory(
     monkeypatch.setattr(config, "PROJECT_DIR", tmp_path)  # an installed kuitti: no checkout
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     assert default_var_dir() == tmp_path / "data" / "kuitti"
+
+
+def test_stored_help_is_what_every_command_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kuitti/cli_help.json`` answers --help without importing the commands: it must be what
+    the commands print themselves (``python -m kuitti.cli`` writes it anew)."""
+    stored = orjson.loads(cli.HELP_FILE.read_bytes())
+    assert stored == cli.help_texts(), "run: .venv/bin/python -m kuitti.cli"
+    monkeypatch.setattr(cli, "HELP_FILE", Path("no-such-file.json"))  # the commands themselves
+    for path, text in stored.items():
+        printed = runner.invoke(app, [*path.split(), "--help"], prog_name="kuitti")
+        assert printed.exit_code == 0, path
+        assert printed.stdout == text + "\n", path
+    assert max(len(line) for text in stored.values() for line in text.splitlines()) <= 100
+
+
+def test_help_is_never_cut_at_80_columns() -> None:
+    help_text = subprocess.run(
+        [KUITTI, "partner", "create", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "[default: no-public-client]" in help_text.replace("no-\n", "no-").replace(" " * 34, "")
+    assert "…" not in help_text
