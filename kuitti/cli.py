@@ -43,7 +43,7 @@ COMMANDS = {
         "demo",
         "Add a realistic example (merchant, app, user, receipts) and print how to try it.",
     ),
-    "db": Command("kuitti.service_cli", "db_app", "Database schema."),
+    "db": Command("kuitti.db_cli", "db_app", "Database schema."),
     "partner": Command(
         "kuitti.partners.cli",
         "partner_app",

@@ -1,5 +1,4 @@
-"""``kuitti serve``, ``kuitti worker``, ``kuitti db upgrade`` and ``kuitti demo``: running and
-preparing the service.
+"""``kuitti serve``, ``kuitti worker`` and ``kuitti demo``: running the service and trying it.
 
 ``serve``, ``worker`` and ``demo`` are plain functions: ``kuitti/cli.py`` makes them commands.
 """
@@ -17,14 +16,11 @@ import uvicorn
 from uvicorn.supervisors import Multiprocess
 
 from kuitti.asgi import LISTEN_ENV, PROCESSES_ENV, READY_CLAIM_ENV, RUN_WORKER_ENV
-from kuitti.cli_helpers import fail, open_database, open_services, settings_or_exit
-from kuitti.dbmigrate import upgrade
+from kuitti.cli_helpers import fail, open_services
 from kuitti.demo import fill_demo
 from kuitti.logs import UVICORN_LOG_CONFIG
 from kuitti.worker import run_worker_process
 from kuitti.worker_http import bind_monitoring
-
-db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 
 # How long uvicorn's supervisor waits for a server process to start and to answer its health
 # check. uvicorn's default (5 s) is shorter than a busy host takes to import the application: the
@@ -113,17 +109,6 @@ def worker(
         run_worker_process(services, monitoring=monitoring, listening=address)
     finally:
         services.db.dispose()  # the last connection to close on SQLite removes the WAL
-
-
-@db_app.command("upgrade")
-def db_upgrade() -> None:
-    """Apply migrations to KUITTI_DATABASE_URL."""
-    db = open_database(settings_or_exit(), pool_size=1)
-    try:
-        upgrade(db)
-    finally:
-        db.dispose()
-    typer.echo("database is at the newest revision")
 
 
 def demo() -> None:
