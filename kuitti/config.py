@@ -147,7 +147,7 @@ class Settings(BaseSettings):
         if value is not None and not value.startswith(DATABASE_SCHEMES):
             raise ValueError("must be sqlite:///path/to/file.db or postgresql://user:pass@host/db")
         path = sqlite_file(value) if value else None
-        problem = path and directory_problem(path.parent)
+        problem = directory_problem(path.parent) if path is not None else None
         if problem:
             raise ValueError(problem)
         return value
@@ -163,7 +163,7 @@ class Settings(BaseSettings):
     @field_validator("secret_key")
     @classmethod
     def _long_secret(cls, value: str | None) -> str | None:
-        if value is not None and len(value.encode()) < MIN_SECRET_KEY_BYTES:
+        if value and len(value.encode()) < MIN_SECRET_KEY_BYTES:  # empty: unset, generated
             raise ValueError(
                 f"must be at least {MIN_SECRET_KEY_BYTES} bytes; make one with: "
                 "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
