@@ -40,7 +40,7 @@ def serve(
     ] = False,
 ) -> None:
     """Run the service (and, unless --no-worker, the delivery worker in-process)."""
-    open_services()  # validates settings and migrates an embedded database before forking
+    open_services(logged=True)  # validates settings, migrates an embedded database, then forks
     os.environ[RUN_WORKER_ENV] = "0" if no_worker else "1"
     options: dict[str, Any] = {
         "factory": True,
@@ -99,7 +99,7 @@ def worker(
     ] = 8001,
 ) -> None:
     """Run the delivery worker alone (webhooks and e-mail)."""
-    services = open_services()
+    services = open_services(logged=True)
     try:
         try:
             monitoring = bind_monitoring(host, port)
