@@ -158,7 +158,7 @@ def main() -> None:
             database_url=f"sqlite:///{var}/walk.db",
             var_dir=Path(var),
             public_url="http://127.0.0.1:8000",
-            secret_key="ingest-walk-not-for-production",
+            secret_key="ingest-walk-key-not-for-production",
             log_level="WARNING",
         )
         db = Database(settings.resolved_database_url)

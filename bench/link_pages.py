@@ -70,7 +70,7 @@ def main() -> None:
             database_url=f"sqlite:///{tmp}/bench.db",
             var_dir=Path(tmp),
             public_url=f"http://127.0.0.1:{port}",
-            secret_key="bench-secret",
+            secret_key="bench-secret-key-not-for-production",
             log_level="WARNING",
             link_rate_limit_per_minute=10**9,
         )

@@ -511,7 +511,7 @@ def make_services(database: str, workdir: Path, clock: FrozenClock) -> tuple[Ser
     settings = Settings(
         database_url=url,
         var_dir=workdir,
-        secret_key="bench-secret",
+        secret_key="bench-secret-key-not-for-production",
         log_level="WARNING",
         webhook_allow_insecure=True,
     )

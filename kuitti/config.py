@@ -8,6 +8,7 @@ that names the variable.
 from __future__ import annotations
 
 import ipaddress
+import os
 import secrets
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +23,42 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 DATABASE_SCHEMES = ("sqlite://", "postgresql://", "postgres://", "postgresql+psycopg://")
 DEFAULT_RETRY_SCHEDULE_SECONDS = (5, 30, 120, 600, 1800, 3600, 10800, 21600, 43200, 86400, 86400)
 
+# Where state lives unless KUITTI_VAR_DIR says: one place whatever the current directory.
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+MIN_SECRET_KEY_BYTES = 32
+
+
+def default_var_dir() -> Path:
+    """``var/`` of the checkout kuitti runs from (the directory holding its ``pyproject.toml``);
+    an installed kuitti keeps its state in ``$XDG_DATA_HOME/kuitti`` (``~/.local/share/kuitti``)."""
+    pyproject = PROJECT_DIR / "pyproject.toml"
+    if pyproject.is_file() and 'name = "kuitti"' in pyproject.read_text(encoding="utf-8"):
+        return PROJECT_DIR / "var"
+    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data_home) / "kuitti"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file an ``sqlite:///`` URL names (None for PostgreSQL and an in-memory SQLite)."""
+    if not url.startswith("sqlite:///") or url.endswith(":memory:"):
+        return None
+    return Path(url.removeprefix("sqlite:///").partition("?")[0])
+
+
+def directory_problem(path: Path) -> str | None:
+    """Why ``path`` cannot hold kuitti's files, or None: it must be a directory, or be missing in
+    a directory that exists (it is then created; a missing parent is a mistyped path)."""
+    if path.is_dir():
+        return None
+    if path.exists():
+        return f"{path} is not a directory"
+    parent = path.absolute().parent
+    if not parent.exists():
+        return f"{path} does not exist, nor does {parent}"
+    if not parent.is_dir():
+        return f"{path} is under {parent}, which is not a directory"
+    return None
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KUITTI_", extra="ignore", frozen=True)
@@ -29,7 +66,7 @@ class Settings(BaseSettings):
     public_url: str = Field(
         "http://127.0.0.1:8000",
         description="Public address of the server; default for the three base addresses and the "
-        "JWT issuer.",
+        "JWT issuer. Unset, 'kuitti serve' sets it to the address it listens on.",
     )
     auth_url: str | None = Field(None, description="Address of the user-facing pages ({auth_url}).")
     receipt_link_base: str | None = Field(
@@ -37,9 +74,9 @@ class Settings(BaseSettings):
     )
     database_url: str | None = Field(
         None,
-        description="Default: an SQLite file var/kuitti.db (sqlite:///path). A postgresql:// URL "
-        "selects PostgreSQL (driver psycopg 3) in any form libpq takes: several hosts "
-        "(db1:5432,db2:5432), target_session_attrs, sslmode (docs/operations.md).",
+        description="Default: an SQLite file kuitti.db in the var directory (sqlite:///path). A "
+        "postgresql:// URL selects PostgreSQL (driver psycopg 3) in any form libpq takes: several "
+        "hosts (db1:5432,db2:5432), target_session_attrs, sslmode (docs/operations.md).",
     )
     # Beyond one database machine (docs/operations.md): a pooler between kuitti and PostgreSQL.
     listen_database_url: str | None = Field(
@@ -53,11 +90,15 @@ class Settings(BaseSettings):
         description="PostgreSQL only: false behind a pooler in transaction mode that does not "
         "keep prepared statements (PgBouncer before 1.21, or max_prepared_statements = 0).",
     )
-    var_dir: Path = Field(Path("var"), description="Directory for the SQLite file, mail and keys.")
+    var_dir: Path = Field(
+        default_factory=default_var_dir,
+        description="Directory for the SQLite file, mail and the generated secret. Default: var/ "
+        "of the checkout kuitti runs from, else $XDG_DATA_HOME/kuitti.",
+    )
     secret_key: str | None = Field(
         None,
         description="Server secret for sessions, receipt-link tokens and encrypting webhook "
-        "keys at rest. Default: generated once into var/secret_key.",
+        "keys at rest, at least 32 bytes. Default: generated once into var/secret_key.",
     )
     max_body_bytes: int = Field(1_048_576, gt=0, description="Largest accepted request body.")
     db_pool_size: int = Field(20, gt=0, description="Database connections per process.")
@@ -190,6 +231,10 @@ class Settings(BaseSettings):
             raise ValueError("must be sqlite:///path/to/file.db or postgresql://user:pass@host/db")
         if value is not None and not value.startswith("sqlite://"):
             _check_libpq_url(value)
+        path = sqlite_file(value) if value else None
+        problem = directory_problem(path.parent) if path is not None else None
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("listen_database_url")
@@ -197,6 +242,24 @@ class Settings(BaseSettings):
     def _postgresql_only(cls, value: str | None) -> str | None:
         if value is not None:
             _check_libpq_url(value)
+        return value
+
+    @field_validator("var_dir")
+    @classmethod
+    def _usable_var_dir(cls, value: Path) -> Path:
+        problem = directory_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("secret_key")
+    @classmethod
+    def _long_secret(cls, value: str | None) -> str | None:
+        if value and len(value.encode()) < MIN_SECRET_KEY_BYTES:  # empty: unset, generated
+            raise ValueError(
+                f"must be at least {MIN_SECRET_KEY_BYTES} bytes; make one with: "
+                "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+            )
         return value
 
     @field_validator("log_level")
@@ -238,6 +301,11 @@ class Settings(BaseSettings):
                 url = "postgresql+psycopg://" + url.removeprefix("postgres://")
             return url
         return f"sqlite:///{self.var_dir / 'kuitti.db'}"
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite file of the database, or None for PostgreSQL and an in-memory SQLite."""
+        return sqlite_file(self.resolved_database_url)
 
     @property
     def mail_dir(self) -> Path:

@@ -7,12 +7,14 @@
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import uvicorn
+from uvicorn.supervisors import Multiprocess
 
 from kuitti.asgi import LISTEN_ENV, PROCESSES_ENV, READY_CLAIM_ENV, RUN_WORKER_ENV
 from kuitti.cli_helpers import fail, open_services
@@ -20,23 +22,27 @@ from kuitti.demo import fill_demo
 from kuitti.logs import UVICORN_LOG_CONFIG
 from kuitti.protocols import HTTP_PROTOCOL
 from kuitti.worker import run_worker_process
+from kuitti.worker_http import bind_monitoring
 
 # How long uvicorn's supervisor waits for a server process to start and to answer its health
 # check. uvicorn's default (5 s) is shorter than a busy host takes to import the application: the
 # supervisor then kills and respawns every process for ever and the server never listens.
 WORKER_HEALTHCHECK_TIMEOUT_SECONDS = 60
+PUBLIC_URL_ENV = "KUITTI_PUBLIC_URL"
 
 
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")
+    ] = 8000,
     workers: Annotated[int, typer.Option(min=1, help="Server processes.")] = 1,
     no_worker: Annotated[
         bool, typer.Option("--no-worker", help="Do not run the delivery worker in-process.")
     ] = False,
 ) -> None:
     """Run the service (and, unless --no-worker, the delivery worker in-process)."""
-    open_services()  # validates settings and migrates an embedded database before forking
+    open_services(logged=True)  # validates settings, migrates an embedded database, then forks
     os.environ[RUN_WORKER_ENV] = "0" if no_worker else "1"
     options: dict[str, Any] = {
         "factory": True,
@@ -51,28 +57,59 @@ def serve(
         "server_header": False,
         "http": HTTP_PROTOCOL,
     }
-    os.environ[LISTEN_ENV] = f"http://{host}:{port}"
-    os.environ[PROCESSES_ENV] = str(workers)
-    if workers > 1:  # uvicorn's supervisor binds the socket and starts the processes
-        with tempfile.TemporaryDirectory(prefix="kuitti-serve-") as claims:
-            os.environ[READY_CLAIM_ENV] = str(Path(claims) / "ready-line")
-            uvicorn.run("kuitti.asgi:app_from_environment", **options)
-        return
     config = uvicorn.Config("kuitti.asgi:app_from_environment", **options)
     try:
-        # Bound before the application starts, so its ready line is only logged once the
-        # address is really listening (and a port in use stops here with one line).
+        # Bound before the application starts, so its ready line names the real port (with
+        # --port 0 too) and is only logged once the address is really listening; a port in use
+        # stops here with one line.
         sock = config.bind_socket()
     except SystemExit:
         fail(f"cannot listen on {host}:{port} (is another server running there?)")
-    uvicorn.Server(config).run(sockets=[sock])
+    bound_port = sock.getsockname()[1]
+    os.environ[LISTEN_ENV] = http_address(host, bound_port)
+    # Links and addresses follow the port served on unless the operator named the public URL.
+    os.environ.setdefault(PUBLIC_URL_ENV, http_address(public_host(host), bound_port))
+    os.environ[PROCESSES_ENV] = str(workers)
+    if workers == 1:
+        uvicorn.Server(config).run(sockets=[sock])
+        return
+    with tempfile.TemporaryDirectory(prefix="kuitti-serve-") as claims:
+        os.environ[READY_CLAIM_ENV] = str(Path(claims) / "ready-line")
+        Multiprocess(config, sockets=[sock]).run()  # uvicorn's supervisor starts the processes
 
 
-def worker() -> None:
+def http_address(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def public_host(host: str) -> str:
+    """The host name clients use for ``host``: the machine's name for a wildcard address."""
+    return socket.gethostname() if host in {"0.0.0.0", "::", ""} else host  # noqa: S104
+
+
+def worker(
+    host: Annotated[
+        str, typer.Option(help="Address for /healthz and /metrics.", envvar="KUITTI_WORKER_HOST")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Port for /healthz and /metrics (0: any free port).",
+            envvar="KUITTI_WORKER_PORT",
+        ),
+    ] = 8001,
+) -> None:
     """Run the delivery worker alone (webhooks and e-mail)."""
-    services = open_services()
+    services = open_services(logged=True)
     try:
-        run_worker_process(services)
+        try:
+            monitoring = bind_monitoring(host, port)
+        except OSError as exc:
+            fail(f"cannot listen on {host}:{port} ({exc.strerror}; is another worker there?)")
+        address = http_address(host, monitoring.getsockname()[1])
+        run_worker_process(services, monitoring=monitoring, listening=address)
     finally:
         services.db.dispose()  # the last connection to close on SQLite removes the WAL
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -25,13 +26,22 @@ from kuitti.receipts.sandbox import purge_sandbox_receipts
 from kuitti.services import Services
 from kuitti.webhooks.events import WEBHOOKS
 from kuitti.webhooks.worker import POLL_SECONDS, WallTime, run_webhooks
+from kuitti.worker_http import serve_monitoring
 
 MAIL_POLL_SECONDS = 1.0
 SANDBOX_PURGE_SECONDS = 3600.0
 
 
-def run_worker_process(services: Services, *, use_uvloop: bool = True) -> None:
-    """``kuitti worker``: log as configured, run until SIGINT or SIGTERM.
+def run_worker_process(
+    services: Services,
+    *,
+    use_uvloop: bool = True,
+    monitoring: socket.socket | None = None,
+    listening: str | None = None,
+) -> None:
+    """``kuitti worker``: log as configured, answer ``/healthz`` and ``/metrics`` on the bound
+    ``monitoring`` socket (``listening`` is its address), log a start line, run until SIGINT
+    or SIGTERM.
 
     On uvloop, as ``kuitti serve`` runs through uvicorn: less CPU per delivery."""
     configure_logging(services.settings.log_level, json=services.settings.log_json)
@@ -41,8 +51,18 @@ def run_worker_process(services: Services, *, use_uvloop: bool = True) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        with services.db.checkpointing():
-            await run_worker(services, stop)
+        server = await serve_monitoring(monitoring) if monitoring is not None else None
+        log.info(
+            "kuitti worker is running",
+            listening=listening or "nowhere (no /metrics)",
+            database=services.db.label,
+        )
+        try:
+            with services.db.checkpointing():
+                await run_worker(services, stop)
+        finally:
+            if server is not None:
+                server.close()
 
     if use_uvloop:
         uvloop.run(main())

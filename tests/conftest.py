@@ -37,6 +37,8 @@ from kuitti.services import Services
 from tests.browser import CHROMIUM, launch_chromium
 
 BACKEND = os.environ.get("KUITTI_TEST_DATABASE", "sqlite")
+# Every `kuitti worker` a test starts takes any free port for /metrics, never the fixed default.
+os.environ.setdefault("KUITTI_WORKER_PORT", "0")
 PG_ADMIN_URL = os.environ.get(
     "KUITTI_TEST_POSTGRES_URL", "postgresql://kuitti:kuitti@127.0.0.1:5432/postgres"
 )
@@ -235,6 +237,7 @@ def serve(tmp_path: Path) -> tuple[str, dict[str, str], list[str]]:
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "KUITTI_PUBLIC_URL": f"http://127.0.0.1:{port}",
         "KUITTI_LOG_LEVEL": "WARNING",
+        "KUITTI_VAR_DIR": str(tmp_path / "var"),  # not the checkout's own var/
     }
     env.pop("KUITTI_DATABASE_URL", None)
     return f"http://127.0.0.1:{port}", env, ["--port", str(port)]

@@ -15,7 +15,9 @@ import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
+from kuitti import cli, config
 from kuitti.cli import COMMANDS, app, load_command
+from kuitti.config import Settings, default_var_dir
 from kuitti.models import Partner, User
 from kuitti.security import SecretBox, hash_secret
 from kuitti.services import Services
@@ -271,10 +273,11 @@ def test_lazy_commands_load_as_listed() -> None:
         assert (command.help or "").split("\n\n")[0].replace("\n", " ") == spec.help, name
 
 
-def test_help_imports_no_command_module() -> None:
+@pytest.mark.parametrize("command", [[], ["serve"], ["partner", "create"]])
+def test_help_imports_no_command_module(command: list[str]) -> None:
     code = (
         "import sys; from typer.testing import CliRunner; from kuitti.cli import app; "
-        "assert CliRunner().invoke(app, ['--help']).exit_code == 0; "
+        f"assert CliRunner().invoke(app, [*{command!r}, '--help']).exit_code == 0; "
         "print(sorted(m for m in sys.modules if m.startswith(('kuitti.', 'fastapi', 'uvicorn'))))"
     )
     loaded = subprocess.run(
@@ -289,3 +292,113 @@ def test_help_imports_no_command_module() -> None:
         "kuitti.service_cli",
     ):
         assert f"'{module}'" not in loaded
+
+
+def kuitti_run(
+    tmp_path: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The console script as an operator runs it, in its own process."""
+    environment = {**os.environ, "KUITTI_VAR_DIR": str(tmp_path / "var")}
+    environment.pop("KUITTI_DATABASE_URL", None)
+    environment.pop("KUITTI_SECRET_KEY", None)
+    environment.update(env or {})
+    return subprocess.run(
+        [KUITTI, *args], env=environment, cwd=cwd or tmp_path, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["serve", "--port", "99999"], {}, "error: Invalid value for '--port': "),
+        (["serve", "--port", "-1"], {}, "error: Invalid value for '--port': "),
+        (["serve", "--port", "abc"], {}, "error: Invalid value for '--port': "),
+        (["partner", "lst"], {}, "error: No such command 'lst'."),
+        (
+            ["partner", "list"],
+            {"KUITTI_VAR_DIR": "/etc/passwd/var"},
+            "error: invalid settings: KUITTI_VAR_DIR: /etc/passwd/var is under /etc/passwd, "
+            "which is not a directory",
+        ),
+        (
+            ["serve"],
+            {"KUITTI_VAR_DIR": "/nonexistent/dir"},
+            "error: invalid settings: KUITTI_VAR_DIR: /nonexistent/dir does not exist",
+        ),
+        (
+            ["partner", "list"],
+            {"KUITTI_DATABASE_URL": "sqlite:////etc/passwd/db/kuitti.db"},
+            "error: invalid settings: KUITTI_DATABASE_URL: /etc/passwd/db is under /etc/passwd",
+        ),
+        (
+            ["partner", "list"],
+            {"KUITTI_SECRET_KEY": "short"},
+            "error: invalid settings: KUITTI_SECRET_KEY: must be at least 32 bytes",
+        ),
+    ],
+    ids=[
+        "port-too-big", "port-negative", "port-not-a-number", "unknown-command",
+        "var-dir-under-a-file", "var-dir-missing-parent", "sqlite-under-a-file", "short-secret",
+    ],
+)  # fmt: skip
+def test_configuration_mistakes_are_one_line(
+    tmp_path: Path, args: list[str], env: dict[str, str], message: str
+) -> None:
+    result = kuitti_run(tmp_path, *args, env=env)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert result.stderr.startswith(message), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert not (tmp_path / "var").exists()  # nothing was made
+
+
+def test_the_cli_says_which_database_and_warns_before_making_one(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    first = kuitti_run(tmp_path, "partner", "create", "--name", "Kauppa", "--role", "merchant")
+    assert first.returncode == 0, first.stderr
+    database = tmp_path / "var" / "kuitti.db"
+    assert first.stderr.splitlines() == [
+        f"kuitti: no database at {database}: creating a new one (KUITTI_VAR_DIR or "
+        "KUITTI_DATABASE_URL names another)",
+        f"kuitti: generated a new server secret in {tmp_path / 'var' / 'secret_key'} (every "
+        "process that shares this database needs the same one: KUITTI_SECRET_KEY)",
+    ]
+    again = kuitti_run(tmp_path, "partner", "list", cwd=elsewhere)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.splitlines() == [f"kuitti: database {database}"]
+    assert "Kauppa" in again.stdout
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_default_state_is_one_place_whatever_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUITTI_VAR_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert Settings().var_dir == config.PROJECT_DIR / "var"  # a checkout keeps its own var/
+    monkeypatch.setattr(config, "PROJECT_DIR", tmp_path)  # an installed kuitti: no checkout
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert default_var_dir() == tmp_path / "data" / "kuitti"
+
+
+def test_stored_help_is_what_every_command_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kuitti/cli_help.json`` answers --help without importing the commands: it must be what
+    the commands print themselves (``python -m kuitti.cli`` writes it anew)."""
+    stored = orjson.loads(cli.HELP_FILE.read_bytes())
+    assert stored == cli.help_texts(), "run: .venv/bin/python -m kuitti.cli"
+    monkeypatch.setattr(cli, "HELP_FILE", Path("no-such-file.json"))  # the commands themselves
+    for path, text in stored.items():
+        printed = runner.invoke(app, [*path.split(), "--help"], prog_name="kuitti")
+        assert printed.exit_code == 0, path
+        assert printed.stdout == text + "\n", path
+    assert max(len(line) for text in stored.values() for line in text.splitlines()) <= 100
+
+
+def test_help_is_never_cut_at_80_columns() -> None:
+    help_text = subprocess.run(
+        [KUITTI, "partner", "create", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "[default: no-public-client]" in help_text.replace("no-\n", "no-").replace(" " * 34, "")
+    assert "…" not in help_text

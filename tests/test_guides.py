@@ -8,17 +8,24 @@ import os
 import re
 import signal
 import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
 
+from kuitti.models import Partner, WebhookDelivery
 from kuitti.services import Services
+from kuitti.webhooks.events import enqueue
+from kuitti.webhooks.service import replay
+from tests.conftest import free_port
 from tests.oauth.flow import consent, log_in
 from tests.test_serve import start, stop, wait_ready
 from tests.webhooks.receivers import Receiver
-from tests.webhooks.support import deliver, queue, webhook_partner
+from tests.webhooks.support import a_receipt_notification, deliver, queue, webhook_partner
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE_ADDRESS = "http://127.0.0.1:8000"
@@ -45,7 +52,8 @@ def bash(script: str, env: dict[str, str], cwd: Path) -> str:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(shell.pid, signal.SIGTERM)
     assert shell.returncode == 0, stderr
-    assert stderr == "", stderr
+    # Nothing on stderr but a command naming the database it uses.
+    assert [line for line in stderr.splitlines() if not line.startswith("kuitti: database ")] == []
     return stdout
 
 
@@ -143,3 +151,96 @@ def test_webhooks_checking_code_accepts_a_real_delivery(services: Services) -> N
     assert handled == [(orjson.loads(call.body), call.webhook_id)]
     assert handle(call.body.replace(b"}", b" }", 1), call.headers) == 400
     assert handle(call.body, {**call.headers, "authorization": "Token whsec_forged"}) == 401
+
+
+def test_matching_try_it_matches_today_and_again(
+    serve: tuple[str, dict[str, str], list[str]], tmp_path: Path
+) -> None:
+    """docs/matching.md, "Try it": times computed when pasted, partners of its own each run."""
+    url, env, args = serve
+    setup, explain = shell_blocks(
+        ROOT / "docs" / "matching.md", "## Try it: a card, its transaction and a receipt that match"
+    )
+    setup = setup.replace(GUIDE_ADDRESS, url).replace('export PATH="$PWD/.venv/bin:$PATH"', "")
+    process, log = start(args, env, tmp_path)
+    try:
+        wait_ready(url, process, log)
+        for _ in range(2):  # pasted twice, as a newcomer might
+            out = bash(setup + '\necho "$RECEIPT_ID"\n', env, tmp_path)
+            receipt_id = out.strip().rsplit("\n", 1)[-1]
+            deadline = time.monotonic() + 60
+            while True:  # the matching step runs just after the receipt's commit
+                explained = bash(f"RECEIPT_ID={receipt_id}\n{explain}", env, tmp_path)
+                if "pending" not in explained or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)  # polling a running server, not timing a result
+            assert "  payment 0: matched — MID MID-1" in explained, explained
+            assert re.search(r"^    matched card \S+ \(card-1\) on ", explained, re.M), explained
+    finally:
+        stop(process)
+
+
+def test_webhooks_runnable_receiver_takes_real_deliveries(
+    services: Services, tmp_path: Path
+) -> None:
+    """docs/webhooks.md, "A receiver you can run": the script as printed, set up with the
+    commands as printed, prints a real delivery once (not its replay) and refuses a forgery."""
+    section = (ROOT / "docs" / "webhooks.md").read_text().split("### A receiver you can run\n")[1]
+    script = re.search(r"```python\n(.*?)```", section, re.S)
+    setup = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert script is not None
+    assert setup is not None
+    (tmp_path / "receiver.py").write_text(script.group(1))
+    port = free_port()
+    lines = setup.group(1).replace("8080", str(port)).strip().splitlines()
+    assert lines[0].startswith("python3 -m venv hooks-venv")  # the test's Python has the package
+    assert lines[-1] == f"PORT={port} hooks-venv/bin/python receiver.py &"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "KUITTI_DATABASE_URL": services.db.url,
+        "KUITTI_SECRET_KEY": str(services.settings.secret_key),
+        "KUITTI_VAR_DIR": str(tmp_path),
+    }
+    key = bash("\n".join([*lines[1:-1], 'echo "$WEBHOOK_KEY"']), env, tmp_path).strip()
+    created = orjson.loads((tmp_path / "hook-app.json").read_bytes())
+    receiver = subprocess.Popen(
+        [sys.executable, "receiver.py"], cwd=tmp_path, env={**env, "WEBHOOK_KEY": key,
+        "PORT": str(port)}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        with services.db.session() as session:
+            partner = session.get(Partner, uuid.UUID(created["partner_id"]))
+            assert partner is not None
+            delivery = enqueue(session, partner, a_receipt_notification(), now=services.clock.now())
+            assert delivery is not None
+            webhook_id = str(delivery.id)
+        deadline = time.monotonic() + 60
+        while True:  # the receiver is starting
+            with contextlib.suppress(httpx.TransportError):
+                httpx.get(f"http://127.0.0.1:{port}/")
+                break
+            assert time.monotonic() < deadline
+            assert receiver.poll() is None
+            time.sleep(0.1)  # polling a starting process, not timing a result
+        assert deliver(services) == 1
+        with services.db.session() as session:
+            replay(session, uuid.UUID(webhook_id), now=services.clock.now())
+        assert deliver(services) == 1  # the same event again: answered 200, not printed again
+        forged = httpx.post(
+            f"http://127.0.0.1:{port}/hook", content=b"{}", headers={"Authorization": "Token x"}
+        )
+        assert forged.status_code == 401
+        unsigned = httpx.post(
+            f"http://127.0.0.1:{port}/hook", content=b"{}", headers={"Authorization": key}
+        )
+        assert unsigned.status_code == 400
+    finally:
+        receiver.terminate()
+        printed, _ = receiver.communicate(timeout=30)
+    with services.db.session(write=False) as session:
+        row = session.get(WebhookDelivery, uuid.UUID(webhook_id))
+        assert row is not None
+        assert [a.status_code for a in row.attempts] == [200, 200]
+    [event] = [orjson.loads(line) for line in printed.splitlines()]
+    assert event["notification_type"] == "receipt_notification"

@@ -31,7 +31,12 @@ VERIFY_TOKEN = "verify-SECRET-0123456789abcdef"
 def test_every_line_is_json_and_holds_no_secret(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "KUITTI_PUBLIC_URL": url, "KUITTI_LOG_LEVEL": "INFO"}
+    env = {
+        **os.environ,
+        "KUITTI_PUBLIC_URL": url,
+        "KUITTI_LOG_LEVEL": "INFO",
+        "KUITTI_VAR_DIR": str(tmp_path / "var"),
+    }
     env.pop("KUITTI_DATABASE_URL", None)
     process, log = start(["--port", str(port)], env, tmp_path)
     try:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -76,7 +77,7 @@ def test_embedded_default_on_sqlite(
         ready = [orjson.loads(line) for line in log.read_text().splitlines() if "ready" in line]
         assert ready[0]["event"] == "kuitti is ready"
         assert ready[0]["listening"] == url
-        assert ready[0]["database"] == "sqlite:///var/kuitti.db"
+        assert ready[0]["database"] == f"sqlite:///{tmp_path / 'var' / 'kuitti.db'}"
         assert ready[0]["worker"] == "in this process"
         assert ready[0]["processes"] == 1
         assert (tmp_path / "var" / "kuitti.db").exists()
@@ -125,12 +126,49 @@ def test_several_processes_on_postgresql(
 ) -> None:
     url, env, args = serve
     env["KUITTI_DATABASE_URL"] = services.settings.database_url or ""
-    env["KUITTI_SECRET_KEY"] = "shared-by-every-instance"
+    env["KUITTI_SECRET_KEY"] = "shared-by-every-instance-of-the-service"
     process, log = start([*args, "--workers", "2", "--no-worker"], env, tmp_path)
     try:
         wait_ready(url, process, log)
         api_key = create_merchant(env, tmp_path)
         for _ in range(10):  # spread over both processes
             roundtrip(url, api_key)
+    finally:
+        stop(process)
+
+
+def ready_line(process: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:
+    """The ready line, once the server has logged it."""
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        assert process.poll() is None, log.read_text()
+        for line in log.read_text().splitlines():
+            if '"kuitti is ready"' in line:
+                found: dict[str, Any] = orjson.loads(line)
+                return found
+        time.sleep(0.1)  # polling a starting process, not timing a result
+    raise AssertionError(f"kuitti serve logged no ready line:\n{log.read_text()}")
+
+
+def test_port_0_and_the_public_url_follow_the_port_served_on(
+    serve: tuple[str, dict[str, str], list[str]], tmp_path: Path
+) -> None:
+    _url, env, _args = serve
+    env["KUITTI_LOG_LEVEL"] = "INFO"
+    del env["KUITTI_PUBLIC_URL"]
+    process, log = start(["--port", "0"], env, tmp_path)
+    try:
+        listening = ready_line(process, log)["listening"]
+        port = int(listening.rpartition(":")[2])
+        assert port != 0
+        url = f"http://127.0.0.1:{port}"
+        assert listening == url
+        wait_ready(url, process, log)
+        created = httpx.post(
+            f"{url}/api/v1/receipts/",
+            json=receipt_doc(),
+            headers=auth(create_merchant(env, tmp_path)),
+        )
+        assert created.json()["receipt_web_url"].startswith(f"{url}/r/")
     finally:
         stop(process)

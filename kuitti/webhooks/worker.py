@@ -99,6 +99,8 @@ class Claim:
     attempt_count: int
     created_at: datetime
     lease_token: str
+    key_sealed_elsewhere: bool = False
+    """The partner has a webhook key that this server's secret cannot open."""
 
     @property
     def webhook_id(self) -> str:
@@ -337,6 +339,7 @@ def _lease(
                 attempt_count=row.attempt_count,
                 created_at=row.created_at,
                 lease_token=lease.token,
+                key_sealed_elsewhere=bool(row.webhook_key_sealed) and key is None,
             )
         )
     return claims
@@ -414,6 +417,12 @@ async def send(
     try:
         # The timeout bounds the whole attempt, name resolution included.
         async with asyncio.timeout(timeout):
+            if claim.key_sealed_elsewhere:
+                raise TargetRefused(
+                    "the partner's webhook key was sealed with another server secret: run with "
+                    "the KUITTI_SECRET_KEY it was created with, or give the partner a new key "
+                    "('kuitti partner rotate PARTNER_ID --secret webhook_key')"
+                )
             if not claim.url or not claim.webhook_key:
                 raise TargetRefused("the partner has no webhook URL or key any more")
             target = await guard.target(claim.url)

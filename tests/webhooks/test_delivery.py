@@ -4,6 +4,7 @@ the ``standardwebhooks`` reference library."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from sqlalchemy import func, select
 from standardwebhooks import Webhook
 
 from kuitti.clock import FrozenClock
+from kuitti.config import Settings
 from kuitti.delivery.service import deliver_to_user
 from kuitti.models import PartnerRole, Receipt, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus
@@ -428,6 +430,21 @@ class TestFaults:
         [attempt] = delivery(services, delivery_id).attempts
         assert attempt.error is not None
         assert attempt.error.startswith("could not connect: ")
+
+    def test_key_sealed_with_another_secret_names_the_secret(self, services: Services) -> None:
+        with Receiver() as endpoint:
+            partner = webhook_partner(services, endpoint.url)
+            delivery_id = queue(services, partner)
+            settings = services.settings.model_dump() | {
+                "secret_key": "another-server-secret-of-32-bytes-or-more"
+            }
+            other = dataclasses.replace(services, settings=Settings(**settings))
+            assert deliver(other) == 1
+            assert endpoint.received == []
+        [attempt] = delivery(services, delivery_id).attempts
+        assert attempt.error is not None
+        assert "sealed with another server secret" in attempt.error
+        assert "KUITTI_SECRET_KEY" in attempt.error
 
 
 @contextlib.contextmanager
