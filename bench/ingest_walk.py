@@ -58,7 +58,7 @@ BASE_PACKAGES = frozenset({"kuitti", "models"})
 
 
 def module_of(frame: FrameType) -> str | None:
-    """``receipts/service.py`` for a frame of kuitti's Python code, else None (templates too)."""
+    """``posting/service.py`` for a frame of kuitti's Python code, else None (templates too)."""
     filename = frame.f_code.co_filename
     if filename.startswith(KUITTI_DIR) and filename.endswith(".py"):
         return filename.removeprefix(KUITTI_DIR)

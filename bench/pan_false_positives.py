@@ -17,7 +17,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 
-from kuitti.cards.pan import contains_card_number, luhn_valid
+from kuitti.pan import contains_card_number, luhn_valid
 
 SEED = 20261123
 

@@ -1,7 +1,7 @@
 """Returns benchmark: what linking a return to its purchase costs at ingest, beside a plain
 receipt measured in the same run.
 
-In one process, through the ingest service (``kuitti.receipts.service.create_receipt``, the
+In one process, through the ingest service (``kuitti.posting.service.create_receipt``, the
 function the POST route calls; no HTTP), on a fresh SQLite file or PostgreSQL database:
 
 - ``purchase``: a 5-row receipt delivered by an EMAIL token to a verified user (the reference);
@@ -46,7 +46,7 @@ from kuitti.db import Database  # noqa: E402
 from kuitti.dbmigrate import upgrade  # noqa: E402
 from kuitti.models import Partner, PartnerRole  # noqa: E402
 from kuitti.partners.service import create_partner  # noqa: E402
-from kuitti.receipts.service import create_receipt  # noqa: E402
+from kuitti.posting.service import create_receipt  # noqa: E402
 from kuitti.receipts.validation import parse_receipt_request  # noqa: E402
 from kuitti.security import SecretBox  # noqa: E402
 from kuitti.services import Services  # noqa: E402

@@ -29,15 +29,16 @@ from typing import Any
 import orjson
 from fastapi import FastAPI
 
+from kuitti import links
 from kuitti.asgi import app_from_environment
 from kuitti.config import Settings
 from kuitti.db import Database
-from kuitti.delivery import links
 from kuitti.ids import new_id
-from kuitti.receipts import ingest, validation
-from kuitti.receipts.ingest import Ingest
+from kuitti.posting import ingest
+from kuitti.posting.ingest import Ingest
+from kuitti.posting.service import CreatedReceipt, Outcome, Prepared
+from kuitti.receipts import validation
 from kuitti.receipts.schema import Receipt
-from kuitti.receipts.service import CreatedReceipt, Outcome, Prepared
 
 
 def _unstored_answer(settings: Settings) -> Outcome:

@@ -1,9 +1,9 @@
-"""The ingest writer alone: CPU per receipt of ``receipts.ingest.write_batch`` (one transaction
+"""The ingest writer alone: CPU per receipt of ``posting.ingest.write_batch`` (one transaction
 for a batch of validated posts) on SQLite or PostgreSQL, with no HTTP and no validation in the
 figure, and where that CPU goes.
 
 It validates the receipts of ``bench/ingest.py`` (60 rows, a CARD payment) and builds their rows
-once, as the event loop does (``receipts.service.prepare_posting``), then stores them in batches
+once, as the event loop does (``posting.service.prepare_posting``), then stores them in batches
 of ``--batch`` as the writer thread does, and prints the writer's CPU per receipt (this
 thread's own CPU: the Python side and, on SQLite, the database engine, which runs in-process;
 on PostgreSQL the server's own CPU, every ``postgres`` process on the machine, is printed beside
@@ -33,9 +33,9 @@ from ingest_inprocess import setup  # noqa: E402  (bench/ingest_inprocess.py)
 
 from kuitti.cli_helpers import open_services  # noqa: E402
 from kuitti.partners.keys import holder_of_digest, key_digest  # noqa: E402
-from kuitti.receipts.checks import check_body  # noqa: E402
-from kuitti.receipts.ingest import write_batch  # noqa: E402
-from kuitti.receipts.service import Posting, prepare_posting  # noqa: E402
+from kuitti.posting.checks import check_body  # noqa: E402
+from kuitti.posting.ingest import write_batch  # noqa: E402
+from kuitti.posting.service import Posting, prepare_posting  # noqa: E402
 
 
 def main() -> None:

@@ -35,8 +35,8 @@ from kuitti.middleware import RequestContextMiddleware, TrailingSlashes
 from kuitti.oauth.routes import router as oauth_router
 from kuitti.openapi import add_docs, build_openapi
 from kuitti.paths import STATIC_DIR
+from kuitti.posting.ingest import Ingest
 from kuitti.receipts.dry_run import router as dry_run_router
-from kuitti.receipts.ingest import Ingest
 from kuitti.receipts.routes import router as receipts_router
 from kuitti.responses import ORJSONResponse, error_response
 from kuitti.services import Services

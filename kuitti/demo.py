@@ -9,8 +9,8 @@ from urllib.parse import quote
 
 from kuitti.models import PartnerRole
 from kuitti.partners.service import create_partner
+from kuitti.posting.service import create_receipt
 from kuitti.receipts.schema import Receipt
-from kuitti.receipts.service import create_receipt
 from kuitti.receipts.validation import ReceiptRequest, parse_token
 from kuitti.security import SecretBox
 from kuitti.services import Services

@@ -27,7 +27,7 @@ a thread could deadlock against threads that wait for a connection.
 
 The receipt post uses none of these: it is the one route that must run at the speed of the
 machine, so it checks on the event loop and writes through the process's group-commit writer
-(``kuitti.receipts.ingest``), which also commits before anyone is answered. The receipt reads
+(``kuitti.posting.ingest``), which also commits before anyone is answered. The receipt reads
 (``GET /api/v1/receipts/…``) are async too, with no dependencies: the key check and the read
 are one prebuilt statement run on the driver from the event loop (``Database.read_rows_async``:
 SQLite inline, PostgreSQL on psycopg's async pool), with no thread hop; only a rendering this

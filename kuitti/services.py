@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from kuitti.clock import Clock
 from kuitti.config import Settings
 from kuitti.db import Database
-from kuitti.delivery.ratelimit import LinkMisses, RateLimiter
+from kuitti.ratelimit import LinkMisses, RateLimiter
 
 
 @dataclass(frozen=True)

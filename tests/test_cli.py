@@ -240,7 +240,7 @@ def test_invalid_settings_name_the_variable(services: Services) -> None:
         ("mysql://x", "error: invalid settings: KUITTI_DATABASE_URL: "),
         (
             "postgresql://kuitti@db1:5432,db2:5432/kuitti?target_session_attr=read-write",
-            "error: invalid settings: KUITTI_DATABASE_URL: Value error, not a PostgreSQL URL "
+            "error: invalid settings: KUITTI_DATABASE_URL: not a PostgreSQL URL "
             'libpq takes: invalid URI query parameter: "target_session_attr"',
         ),
         (

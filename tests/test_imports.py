@@ -118,3 +118,97 @@ def test_no_import_cycles() -> None:
 def test_no_function_local_imports() -> None:
     local = sorted({(i.importer, i.imported) for i in imports() if i.in_function})
     assert local == []
+
+
+# -- the layer order (docs/architecture.md, "Layers") ------------------------------------------
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("entry",),
+    ("http",),
+    ("posting",),
+    ("cards",),
+    ("users",),
+    ("delivery",),
+    ("oauth",),
+    ("webhooks", "receipts"),
+    ("partners",),
+    ("core",),
+)
+"""Top to bottom: a module imports modules of its own unit or of a lower layer, never of a
+higher one; the units of one layer import each other in one direction only."""
+
+ENTRY_MODULES = frozenset(
+    {"app", "asgi", "cli", "cli_helpers", "db_cli", "demo", "service_cli", "worker", "worker_http"}
+)
+HTTP_MODULES = frozenset(
+    {
+        "admission",
+        "allowed",
+        "clients",
+        "deps",
+        "dispatch",
+        "edge",
+        "front",
+        "middleware",
+        "openapi",
+        "protocols",
+        "web",
+        # A domain's FastAPI dependencies and routes, beside its ``routes`` modules:
+        "oauth.bearer",
+        "partners.auth",
+        "receipts.dry_run",
+        "users.sessions",
+    }
+)
+DOMAINS = frozenset(unit for layer in LAYERS for unit in layer) - {"entry", "http", "core"}
+
+
+def unit_of(module: str) -> str:
+    """The unit of ``kuitti.<name>``: its domain package, except that a domain's command line
+    (``cli``) is an entry point and its routes are the HTTP layer; a top-level module is an entry
+    point, the HTTP layer or the core."""
+    name = module.removeprefix("kuitti.")
+    package, _, rest = name.partition(".")
+    if name in ENTRY_MODULES or rest == "cli":
+        return "entry"
+    if name in HTTP_MODULES or rest == "routes":
+        return "http"
+    return package if package in DOMAINS else "core"
+
+
+LAYER_OF = {unit: depth for depth, layer in enumerate(LAYERS) for unit in layer}
+
+
+def unit_edges() -> dict[tuple[str, str], set[str]]:
+    """(importer's unit, imported unit) -> the module imports behind it, between two units."""
+    edges: dict[tuple[str, str], set[str]] = {}
+    for found in imports():
+        pair = (unit_of(found.importer), unit_of(found.imported))
+        if pair[0] != pair[1]:
+            edges.setdefault(pair, set()).add(f"{found.importer} -> {found.imported}")
+    return edges
+
+
+def test_every_domain_package_has_a_layer() -> None:
+    packages = {name.split(".")[1] for name in MODULES if name.count(".") >= 1}
+    domain_packages = {
+        p for p in packages if MODULES.get(f"kuitti.{p}", Path()).name == "__init__.py"
+    }
+    assert domain_packages - DOMAINS <= {"models"}  # the tables are the core's
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    upward = sorted(
+        edge
+        for (importer, imported), found in unit_edges().items()
+        if LAYER_OF[imported] < LAYER_OF[importer]
+        for edge in found
+    )
+    assert upward == []
+
+
+def test_no_cycle_between_units() -> None:
+    edges: dict[str, set[str]] = {}
+    for importer, imported in unit_edges():
+        edges.setdefault(importer, set()).add(imported)
+    assert cycles(edges) == []

@@ -17,7 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from kuitti.config import Settings
-from kuitti.delivery.links import private_link_token
+from kuitti.links import private_link_token
 from kuitti.logs import redact_path
 from kuitti.services import Services
 from tests.conftest import BACKEND, free_port

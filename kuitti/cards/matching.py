@@ -40,7 +40,8 @@ from typing import Any, assert_never
 from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from kuitti.cards import pan, wakeups
+from kuitti import pan
+from kuitti.cards import wakeups
 from kuitti.cards.notifications import deliver_match
 from kuitti.cards.rules import (
     AUTH_WINDOW,

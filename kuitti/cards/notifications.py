@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 from kuitti.cards.rules import Fit
 from kuitti.clock import iso_utc
 from kuitti.config import Settings
-from kuitti.delivery.links import private_link
 from kuitti.delivery.service import deliver_to_user, grant_via_card
+from kuitti.links import private_link
 from kuitti.models import Card, Partner, Receipt
 from kuitti.models.cards import CardMatch, CardPaymentRecord
 from kuitti.oauth.service import active_connection

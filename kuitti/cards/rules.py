@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from kuitti.cards import pan
+from kuitti import pan
 from kuitti.clock import iso_utc
 from kuitti.models import Card
 from kuitti.models.cards import CardPaymentRecord, CardPurchase, CardTransaction, TransactionType

@@ -16,7 +16,7 @@ from typing import Annotated, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from kuitti.cards import pan
+from kuitti import pan
 from kuitti.errors import ErrorDetail, InvalidRequest
 from kuitti.inputs import moment_in_range, parse_moment
 from kuitti.models.cards import TransactionType

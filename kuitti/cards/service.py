@@ -14,8 +14,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kuitti import locks
-from kuitti.cards import pan
+from kuitti import locks, pan
 from kuitti.cards.matching import Matcher
 from kuitti.cards.rules import CLEARING_AFTER, CLEARING_BEFORE
 from kuitti.cards.schemas import CardRequest, TransactionRequest, parse_card_request

@@ -20,8 +20,9 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
+from kuitti import links
 from kuitti.clients import client_address
-from kuitti.delivery import links, qr
+from kuitti.delivery import qr
 from kuitti.delivery.linkpage import LinkPage, language_links, page_context, page_language
 from kuitti.delivery.service import import_from_link
 from kuitti.delivery.texts import page_text

@@ -6,7 +6,7 @@ the rules hold everywhere: a user gets a receipt once; each of their active conn
 receipt never reaches a person, and a sandbox partner's app never hears of a real receipt
 (docs/sandbox.md).
 
-A return linked to its purchase (``kuitti.receipts.returns``) follows the purchase: whoever the
+A return linked to its purchase (``kuitti.posting.returns``) follows the purchase: whoever the
 purchase reaches later, a user or a card's issuer, the purchase's returns reach too. The purchase
 row is read ``FOR SHARE`` after the delivery is written, and linking a return locks it for update
 before copying the deliveries, so whichever commits first, the other sees it.

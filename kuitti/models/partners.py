@@ -67,7 +67,7 @@ class Partner(Base):
 
 
 class IdPolicy(NamedTuple):
-    """What a namespace requires of its receipt identifiers (``kuitti.delivery.idpolicy``):
+    """What a namespace requires of its receipt identifiers (``kuitti.partners.idpolicy``):
     at least ``min_length`` characters, all from the named ``alphabet`` when one is set."""
 
     namespace: str

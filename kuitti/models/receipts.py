@@ -21,7 +21,7 @@ class Receipt(Base):
     versions hashed every receipt). A stored document never changes.
 
     A return names the purchase it returns (``original_receipt_id``, linked at ingest by
-    ``kuitti.receipts.returns``); the purchase counts its returns (``return_count``), so its
+    ``kuitti.posting.returns``); the purchase counts its returns (``return_count``), so its
     renderings and later deliveries know without a query whether there are any.
     """
 

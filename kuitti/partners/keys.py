@@ -144,7 +144,7 @@ class KeyHolder:
     attachments_enabled: bool
     sandbox: bool
     namespace_names: frozenset[str]
-    # The receipt identifier policies of its namespaces that have one (kuitti.delivery.idpolicy).
+    # The receipt identifier policies of its namespaces that have one (kuitti.partners.idpolicy).
     id_policies: frozenset[IdPolicy] = frozenset()
 
     def has_role(self, role: PartnerRole) -> bool:

@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session
 
 from kuitti import security
 from kuitti.clock import iso_utc
-from kuitti.delivery.idpolicy import parse_policy, policy_text
 from kuitti.ids import new_id
 from kuitti.models import Namespace, Partner, PartnerRole
+from kuitti.partners.idpolicy import parse_policy, policy_text
 
 NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}$")
 
@@ -154,7 +154,7 @@ def update_partner(
     """Change the settings given (None: unchanged). A new webhook URL keeps the webhook key:
     the receiver verifies signatures as before (``rotate`` issues a new key). ``id_policies``:
     ``NAMESPACE:POLICY`` each, the receipt identifier policy of one of the partner's
-    namespaces (``kuitti.delivery.idpolicy``; ``NAMESPACE:none`` removes it)."""
+    namespaces (``kuitti.partners.idpolicy``; ``NAMESPACE:none`` removes it)."""
     if name is not None:
         if not name.strip():
             raise PartnerInputError("name must not be empty")

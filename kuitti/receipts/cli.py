@@ -23,7 +23,7 @@ from kuitti.config import Settings
 from kuitti.errors import InvalidRequest
 from kuitti.models import Partner, PartnerRole
 from kuitti.partners.service import PartnerInputError, get_partner
-from kuitti.receipts.checks import dry_run
+from kuitti.posting.checks import dry_run
 from kuitti.receipts.sandbox import purge_sandbox_receipts
 
 receipts_app = typer.Typer(

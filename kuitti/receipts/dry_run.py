@@ -1,7 +1,7 @@
 """``POST /api/v1/receipts/validate``: the receipt post's checks without the post.
 
 The same body, key, content type and size limit as creating a receipt, and the same checks
-(``kuitti.receipts.checks``, which the post itself calls), so a body this refuses the post
+(``kuitti.posting.checks``, which the post itself calls), so a body this refuses the post
 refuses with the same status and errors, and a body this accepts the post stores. It reads
 the database (namespace ownership, RECEIPT_ID use) and writes nothing: no receipt, no link, no
 idempotency record, no e-mail, no webhook; it takes no lock.
@@ -16,8 +16,8 @@ from fastapi import APIRouter, Header
 from kuitti.deps import RawBody, ReadSession, ServicesDep
 from kuitti.partners.auth import MerchantPartner
 from kuitti.partners.keys import require_json
+from kuitti.posting.checks import dry_run
 from kuitti.receipts.answers import ReceiptValid
-from kuitti.receipts.checks import dry_run
 from kuitti.receipts.routes import RECEIPT_BODY_SCHEMA
 from kuitti.responses import ORJSONResponse
 

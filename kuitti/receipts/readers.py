@@ -364,7 +364,7 @@ class _ListedRow(NamedTuple):
 async def _readable_relations(
     db: Database, reader: Reader | str, page: Sequence[_ListedRow]
 ) -> dict[str, dict[str, Any]]:
-    """A page's returns and purchases linked to each other (``receipts/returns.py``), as the
+    """A page's returns and purchases linked to each other (``posting/returns.py``), as the
     list shows them: ``original_receipt_id`` on a return, ``return_receipt_ids`` on a purchase,
     each only where the reader may read the other receipt too. No query for a page without."""
     originals = {

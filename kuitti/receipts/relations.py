@@ -1,5 +1,5 @@
 """A receipt's relations as the renderings show them: a return's original, a purchase's returns
-(linked at ingest by ``kuitti.receipts.returns``)."""
+(linked at ingest by ``kuitti.posting.returns``)."""
 
 from __future__ import annotations
 

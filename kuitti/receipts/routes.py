@@ -24,12 +24,12 @@ from kuitti.inputs import query_moment
 from kuitti.models import Partner, Receipt
 from kuitti.oauth.bearer import reading_connection
 from kuitti.partners.keys import READERS, Credentials
+from kuitti.posting.ingest import IDEMPOTENCY_KEY_MAX, Ingest
 from kuitti.receipts import readers
 from kuitti.receipts.answers import ReceiptCreated, ReceiptList
 from kuitti.receipts.formats import DataFormat, Rendered
 from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.formats.rendering import FORMATS, cached, etag, render
-from kuitti.receipts.ingest import IDEMPOTENCY_KEY_MAX, Ingest
 from kuitti.receipts.readers import ReadableReceipt, Reader
 from kuitti.receipts.relations import relations
 from kuitti.responses import ORJSONResponse, error_response
@@ -138,7 +138,7 @@ def create_receipt() -> None: ...  # no docstring: it would become the operation
 class ReceiptPost:
     """``POST /api/v1/receipts/`` as a plain ASGI app, behind the app's middleware, which has
     read the whole body already (within its limit). The checks run on the event loop and the
-    write in the process's one writer thread (``kuitti.receipts.ingest``): no threadpool hop."""
+    write in the process's one writer thread (``kuitti.posting.ingest``): no threadpool hop."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ingest: Ingest = scope["app"].state.ingest

@@ -26,9 +26,9 @@ from email_validator import EmailNotValidError, validate_email
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from kuitti.cards.pan import contains_card_number
 from kuitti.errors import ErrorDetail, InvalidRequest
 from kuitti.inputs import BodyScan, json_path, parse_json, parse_json_fully, scan_body
+from kuitti.pan import contains_card_number
 from kuitti.receipts.schema import PATTERN_MESSAGES, Receipt, row_type_at
 
 MAX_TOKENS = 50

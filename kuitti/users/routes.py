@@ -11,9 +11,9 @@ from fastapi import APIRouter, Form, Request
 from starlette.responses import Response
 
 from kuitti.clock import as_utc
-from kuitti.delivery.links import private_link
 from kuitti.deps import ReadSession, ServicesDep, WriteSession
 from kuitti.i18n import Language
+from kuitti.links import private_link
 from kuitti.models import Connection, User
 from kuitti.receipts.relations import relations
 from kuitti.receipts.view import format_money, relation_lines

@@ -6,7 +6,7 @@ import uuid
 from datetime import timedelta
 
 from kuitti.cards.service import check_card_request, enroll_card
-from kuitti.delivery.links import private_link
+from kuitti.links import private_link
 from kuitti.models import Card, PartnerRole
 from tests.cards.support import AUTH_CODE, HOOK, PAID_AT, REFERENCE, World, connect_app
 from tests.factories import add_connection, auth, make_partner, receipt_doc

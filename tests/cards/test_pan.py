@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kuitti.cards import pan
+from kuitti import pan
 
 CARD = pan.parse_enrolled("415301******1234")
 

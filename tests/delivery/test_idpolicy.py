@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kuitti.delivery.idpolicy import parse_policy, policy_text
+from kuitti.partners.idpolicy import parse_policy, policy_text
 from kuitti.partners.service import NewPartner
 from kuitti.services import Services
 from tests.delivery.support import make_merchant

@@ -7,8 +7,8 @@ import uuid
 import orjson
 
 from kuitti.delivery.linkpage import LinkPage, _ViewCache
-from kuitti.delivery.ratelimit import RateLimiter
 from kuitti.i18n import Language
+from kuitti.ratelimit import RateLimiter
 from kuitti.receipts.view import build_view
 from tests.factories import receipt_doc
 

@@ -23,7 +23,7 @@ from kuitti.models import PartnerRole
 from kuitti.services import Services
 from tests.conftest import StatementCounter
 from tests.factories import auth, card_payment, make_partner, many_rows, receipt_doc, token_body
-from tests.receipts.test_create import MALFORMED_JSON, MALFORMED_TOKENS, NOT_AN_OBJECT
+from tests.posting.test_create import MALFORMED_JSON, MALFORMED_TOKENS, NOT_AN_OBJECT
 from tests.receipts.test_fuzz import mutated_bodies
 from tests.receipts.test_validation import SHAPE_CASES, attachment, mutated, verification
 from tests.test_cli import run

@@ -17,7 +17,7 @@ from standardwebhooks import Webhook
 from kuitti.app import create_app
 from kuitti.cards.service import check_card_request, enroll_card
 from kuitti.clock import FrozenClock
-from kuitti.delivery.links import private_link
+from kuitti.links import private_link
 from kuitti.models import Connection, PartnerRole
 from kuitti.services import Services
 from kuitti.users.service import revoke_connection

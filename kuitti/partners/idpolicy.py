@@ -13,11 +13,8 @@ Written ``min-length=22,alphabet=base64url`` (either part may be left out), or `
 from __future__ import annotations
 
 import string
-from collections.abc import Iterable
 
-from kuitti.errors import ErrorDetail, InvalidRequest
 from kuitti.models import IdPolicy
-from kuitti.receipts.validation import Token, TokenType
 
 # Name → (the characters, how the error message spells them).
 ALPHABETS: dict[str, tuple[frozenset[str], str]] = {
@@ -78,23 +75,3 @@ def identifier_problem(policy: IdPolicy, identifier: str) -> str | None:
             f"{' and '.join(wanted)} (drawn at random, so they cannot be guessed)."
         )
     return None
-
-
-def refuse_weak_identifiers(tokens: list[Token], policies: Iterable[IdPolicy]) -> None:
-    """``InvalidRequest`` (``invalid_token``, naming each token's path) for every RECEIPT_ID
-    token whose identifier breaks its namespace's policy."""
-    by_namespace = {policy.namespace: policy for policy in policies}
-    if not by_namespace:
-        return
-    errors = []
-    for index, token in enumerate(tokens):
-        policy = by_namespace.get(token.namespace or "")
-        if token.type is not TokenType.RECEIPT_ID or policy is None:
-            continue
-        problem = identifier_problem(policy, token.value)
-        if problem is not None:
-            errors.append(
-                ErrorDetail("invalid_token", f"attributes.tokens[{index}].value: {problem}")
-            )
-    if errors:
-        raise InvalidRequest(errors)

@@ -53,8 +53,8 @@ from kuitti.partners.keys import (
     require_json,
     require_role,
 )
-from kuitti.receipts.checks import check_body
-from kuitti.receipts.service import (
+from kuitti.posting.checks import check_body
+from kuitti.posting.service import (
     IdempotencyKey,
     Outcome,
     Posting,

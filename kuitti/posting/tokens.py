@@ -29,9 +29,10 @@ from typing import assert_never
 
 from sqlalchemy.orm import Session
 
+from kuitti import links
 from kuitti.cards.service import card_for_token
 from kuitti.config import Settings
-from kuitti.delivery import links, qr
+from kuitti.delivery import qr
 from kuitti.delivery.mail import enqueue_receipt_mail
 from kuitti.delivery.service import deliver_to_user, grant_via_card
 from kuitti.metrics import RECEIPT_TOKENS

@@ -10,7 +10,7 @@ too); ``check_tokens`` needs the database (namespace ownership, RECEIPT_ID use).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -19,13 +19,12 @@ from babel.numbers import get_currency_precision
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kuitti import locks
+from kuitti import links, locks
 from kuitti.config import Settings
-from kuitti.delivery import links
-from kuitti.delivery.idpolicy import refuse_weak_identifiers
 from kuitti.errors import ErrorDetail, InvalidRequest
 from kuitti.inputs import json_path
-from kuitti.models import Partner, Receipt, ReceiptLink
+from kuitti.models import IdPolicy, Partner, Receipt, ReceiptLink
+from kuitti.partners.idpolicy import identifier_problem
 from kuitti.partners.keys import KeyHolder
 from kuitti.receipts.readers import Reader, may_read
 from kuitti.receipts.validation import ReceiptRequest, Token, TokenType, parse_receipt_request
@@ -244,3 +243,23 @@ def _cash_rounding(currency: str) -> int:
     if not cash_rounding:
         return 1
     return int(cash_rounding * 10 ** (digits - cash_digits))
+
+
+def refuse_weak_identifiers(tokens: list[Token], policies: Iterable[IdPolicy]) -> None:
+    """``InvalidRequest`` (``invalid_token``, naming each token's path) for every RECEIPT_ID
+    token whose identifier breaks its namespace's policy."""
+    by_namespace = {policy.namespace: policy for policy in policies}
+    if not by_namespace:
+        return
+    errors = []
+    for index, token in enumerate(tokens):
+        policy = by_namespace.get(token.namespace or "")
+        if token.type is not TokenType.RECEIPT_ID or policy is None:
+            continue
+        problem = identifier_problem(policy, token.value)
+        if problem is not None:
+            errors.append(
+                ErrorDetail("invalid_token", f"attributes.tokens[{index}].value: {problem}")
+            )
+    if errors:
+        raise InvalidRequest(errors)

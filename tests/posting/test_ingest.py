@@ -25,10 +25,10 @@ from kuitti.metrics import INGEST_BATCH
 from kuitti.models import IdempotencyRecord, PartnerRole, Receipt
 from kuitti.partners.keys import key_digest, look_up_holder
 from kuitti.partners.service import NewPartner
-from kuitti.receipts import ingest as ingest_module
-from kuitti.receipts.checks import check_body
-from kuitti.receipts.ingest import GATHER_AT_LEAST, Ingest
-from kuitti.receipts.service import Posting, prepare_posting
+from kuitti.posting import ingest as ingest_module
+from kuitti.posting.checks import check_body
+from kuitti.posting.ingest import GATHER_AT_LEAST, Ingest
+from kuitti.posting.service import Posting, prepare_posting
 from kuitti.services import Services
 from tests.conftest import LiveServer
 from tests.factories import auth, make_partner, receipt_doc, token_body

@@ -22,9 +22,9 @@ from sqlalchemy import event, text
 
 from kuitti.models import IdempotencyRecord, ReceiptLink
 from kuitti.partners.keys import key_digest, look_up_holder
-from kuitti.receipts.checks import check_body
-from kuitti.receipts.ingest import write_batch
-from kuitti.receipts.service import IdempotencyKey, Posting, prepare_posting
+from kuitti.posting.checks import check_body
+from kuitti.posting.ingest import write_batch
+from kuitti.posting.service import IdempotencyKey, Posting, prepare_posting
 from kuitti.services import Services
 from tests.factories import auth, make_partner, receipt_doc, token_body
 

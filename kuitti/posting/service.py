@@ -4,7 +4,7 @@ Two plain functions store receipts, both inside the caller's unit of work, so a 
 links, its deliveries and the outbox rows they cause commit together or not at all:
 
 - ``create_receipts`` stores a batch of validated posts (what the ingest writer,
-  ``kuitti.receipts.ingest``, commits together), each prepared by ``prepare_posting`` on the
+  ``kuitti.posting.ingest``, commits together), each prepared by ``prepare_posting`` on the
   event loop right after its validation. It checks each post's partner again in this
   transaction, then writes every receipt that needs nothing but rows of its own (no token but
   RECEIPT_ID, no identifier or idempotency key already used) with one multi-row insert per
@@ -28,12 +28,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from kuitti import locks
+from kuitti import links, locks
 from kuitti.cards.matching import card_payment_inserts, card_payment_rows
 from kuitti.config import Settings
 from kuitti.db import database_of
-from kuitti.delivery import links
-from kuitti.delivery.tokens import Status, TokenStatus, deliver_tokens
 from kuitti.errors import Conflict, KuittiError
 from kuitti.ids import new_id
 from kuitti.metrics import RECEIPT_TOKENS
@@ -46,8 +44,9 @@ from kuitti.models import (
 )
 from kuitti.models.receipts import GrantReason
 from kuitti.partners.keys import KeyHolder, current_key_holders
-from kuitti.receipts import returns
-from kuitti.receipts.checks import LinkPlan, TokenCheck, check_body, check_tokens
+from kuitti.posting import returns
+from kuitti.posting.checks import LinkPlan, TokenCheck, check_body, check_tokens
+from kuitti.posting.tokens import Status, TokenStatus, deliver_tokens
 from kuitti.receipts.validation import ReceiptRequest, TokenType
 
 
@@ -136,7 +135,7 @@ def create_receipt(
                 )
             return record.status_code, orjson.loads(record.response_body)
 
-    # The same checks as the dry run (POST /api/v1/receipts/validate): see receipts/checks.py.
+    # The same checks as the dry run (POST /api/v1/receipts/validate): see posting/checks.py.
     checked = check_tokens(session, settings, partner, request, lock=True)
     if checked.resend_of is not None:
         result = _replay(session, settings, checked)
@@ -344,7 +343,7 @@ def create_receipts(session: Session, settings: Settings, batch: list[Prepared])
 
     A receipt's own errors (a duplicate RECEIPT_ID, an idempotency key reused) are its outcome
     and roll back only its savepoint; any other error propagates, and the caller rolls the whole
-    batch back (``kuitti.receipts.ingest`` then writes each posting alone)."""
+    batch back (``kuitti.posting.ingest`` then writes each posting alone)."""
     holders = current_key_holders(session, {p.holder.key_digest for p in batch})
     outcomes = [Outcome() for _ in batch]
     current: list[int] = []

@@ -17,9 +17,9 @@ from sqlalchemy import Table, select
 from kuitti.db import Base
 from kuitti.models import Partner
 from kuitti.partners.keys import key_digest, look_up_holder
-from kuitti.receipts.checks import check_body
-from kuitti.receipts.ingest import write_batch
-from kuitti.receipts.service import Posting, create_receipt, prepare_posting
+from kuitti.posting.checks import check_body
+from kuitti.posting.ingest import write_batch
+from kuitti.posting.service import Posting, create_receipt, prepare_posting
 from kuitti.services import Services
 from tests.factories import make_partner, receipt_doc, token_body
 

@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 
 from kuitti.errors import KuittiError
 from kuitti.models import Receipt
-from kuitti.receipts.ingest import Ingest
+from kuitti.posting.ingest import Ingest
 from kuitti.services import Services
 from tests.factories import make_partner, receipt_doc, token_body
 
