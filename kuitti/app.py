@@ -215,5 +215,5 @@ def _add_error_handlers(app: FastAPI) -> None:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
-            headers["Allow"] = allowed_methods(app.router.routes, request.scope)
+            headers["Allow"] = allowed_methods([*FRONT_ROUTES, *app.router.routes], request.scope)
         return error_response([ErrorDetail(code, str(exc.detail))], exc.status_code, headers)

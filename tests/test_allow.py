@@ -13,6 +13,7 @@ import pytest
 from starlette.convertors import IntegerConvertor, UUIDConvertor
 
 from kuitti.app import create_app
+from kuitti.front import FRONT_ROUTES
 from kuitti.services import Services
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -32,7 +33,7 @@ def every_path(services: Services) -> dict[str, set[str]]:
     declared with that template."""
     app = create_app(services.settings, db=services.db, clock=services.clock)
     methods: defaultdict[str, set[str]] = defaultdict(set)
-    for route in routes_of(app.router.routes):
+    for route in routes_of([*FRONT_ROUTES, *app.router.routes]):
         if not getattr(route, "methods", None):
             continue
         path = route.path

@@ -95,7 +95,7 @@ def _serving(cluster: PgCluster, database_url: str, tmp: Path) -> Iterator[Serve
         "KUITTI_PUBLIC_URL": f"http://127.0.0.1:{port}",
         "KUITTI_LOG_LEVEL": "WARNING",
         "KUITTI_DATABASE_URL": database_url,
-        "KUITTI_SECRET_KEY": "shared-by-every-instance",
+        "KUITTI_SECRET_KEY": "shared-by-every-instance-of-kuitti-here",
         "KUITTI_WEBHOOK_ALLOW_INSECURE": "true",
     }
     upgraded = subprocess.run(

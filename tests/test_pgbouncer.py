@@ -60,7 +60,7 @@ def test_kuitti_serves_through_pgbouncer_in_transaction_mode(tmp_path: Path) -> 
             # Around the pooler, named so the test can find its connection on the server.
             "KUITTI_LISTEN_DATABASE_URL": f"{cluster.url}?application_name={LISTENER}",
             "KUITTI_DB_PREPARED_STATEMENTS": "false",  # PgBouncer before 1.21 keeps none
-            "KUITTI_SECRET_KEY": "shared-by-every-instance",
+            "KUITTI_SECRET_KEY": "shared-by-every-instance-of-kuitti-here",
             "KUITTI_WEBHOOK_ALLOW_INSECURE": "true",
         }
         upgraded = subprocess.run(
