@@ -26,18 +26,34 @@ from kuitti_client.oauth import (
     exchange_code_async,
     start_authorization,
 )
-from kuitti_client.webhooks import WebhookError, WebhookPayload, WebhookVerifier, parse_payload
+from kuitti_client.webhooks import (
+    AppReceiptNotification,
+    CardAdded,
+    CardReceiptNotification,
+    FullReceiptNotification,
+    OAuthRevokeNotification,
+    TransactionNotification,
+    WebhookError,
+    WebhookPayload,
+    WebhookVerifier,
+    parse_payload,
+)
 
 __all__ = [
     "AccessToken",
+    "AppReceiptNotification",
     "AsyncClient",
     "AuthorizationError",
     "AuthorizationRequest",
     "Card",
+    "CardAdded",
+    "CardReceiptNotification",
     "CardRemoved",
     "Client",
     "ErrorBody",
+    "FullReceiptNotification",
     "KuittiError",
+    "OAuthRevokeNotification",
     "QrCode",
     "ReceiptCreated",
     "ReceiptDocument",
@@ -48,6 +64,7 @@ __all__ = [
     "Token",
     "TokenReceiptPost",
     "TokenResult",
+    "TransactionNotification",
     "WebhookError",
     "WebhookPayload",
     "WebhookVerifier",

@@ -1,0 +1,217 @@
+"""The Python client package (``clients/python``, ``kuitti_client``) against the real service.
+
+One partner flow through the client only: a merchant posts a receipt (a retry with the same
+``Idempotency-Key`` answers the same receipt), an app connects a user with the OAuth code + PKCE
+flow, receives the signed webhook on a real HTTP server and checks it with the client's
+verifier, then reads the receipt for the user. The retry rule is shown on a real server in
+front of the service that answers 503 with ``Retry-After`` before letting the post through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, urlsplit
+
+import httpx
+import pytest
+from kuitti_client import (
+    AppReceiptNotification,
+    AsyncClient,
+    Client,
+    KuittiError,
+    RetryPolicy,
+    WebhookError,
+    WebhookVerifier,
+    code_from_callback,
+    exchange_code,
+    start_authorization,
+)
+from sqlalchemy import func, select
+
+from kuitti.models import PartnerRole, Receipt
+from kuitti.services import Services
+from tests.conftest import LiveServer
+from tests.factories import make_partner, make_user, receipt_doc
+from tests.oauth.flow import REDIRECT_URI, consent, log_in
+from tests.webhooks.receivers import Receiver
+from tests.webhooks.support import deliver
+
+
+def stored_receipts(services: Services) -> int:
+    with services.db.session(write=False) as session:
+        return session.scalar(select(func.count()).select_from(Receipt)) or 0
+
+
+def test_merchant_app_and_webhook_through_the_client(
+    live_server: LiveServer, services: Services
+) -> None:
+    with Receiver() as app_hooks, httpx.Client(base_url=live_server.url, timeout=30) as browser:
+        app = make_partner(
+            services,
+            PartnerRole.APP,
+            name="Pankki App",
+            redirect_uris=[REDIRECT_URI],
+            webhook_url=app_hooks.url,
+        )
+        merchant = make_partner(services, name="Kauppa Oy")
+        user = make_user(services, "maija@example.com")
+        assert app.partner.client_id is not None
+        assert app.webhook_key is not None
+
+        # 1. The app connects the user: consent URL with state and S256 challenge, the
+        #    user approves (the browser's form posts), the code is exchanged with the verifier.
+        request = start_authorization(
+            live_server.url,
+            app.partner.client_id,
+            REDIRECT_URI,
+            ["receipt:read"],
+            message="Tuo kuitit pankkiin",
+            partner_metadata={"customer": "c-42"},
+        )
+        query = dict(parse_qsl(urlsplit(request.url).query))
+        assert query["code_challenge_method"] == "S256"
+        log_in(browser, user.email)
+        back = consent(browser, query)
+        assert back.status_code == 303, back.text
+        code = code_from_callback(request, back.headers["location"])
+        token = exchange_code(
+            live_server.url, request, code, app.partner.client_id, app.client_secret
+        )
+        assert token.token_type == "Bearer"
+        assert token.scope == "receipt:read"
+
+        # 2. The merchant posts a receipt for the user's e-mail address; a retry with the
+        #    same Idempotency-Key answers the same receipt and stores nothing new.
+        with Client(live_server.url, merchant.api_key) as till:
+            tokens = [{"type": "EMAIL", "value": "Maija@Example.com"}]
+            posted = till.post_receipt(receipt_doc(), tokens=tokens, idempotency_key="till-1-0001")
+            again = till.post_receipt(receipt_doc(), tokens=tokens, idempotency_key="till-1-0001")
+        assert [(t.type, t.status) for t in posted.tokens] == [("EMAIL", "delivered")]
+        assert again.receipt_id == posted.receipt_id
+        assert stored_receipts(services) == 1
+
+        # 3. The app's webhook server receives the notification; the client's verifier checks
+        #    it and returns the typed body, with the metadata from the state.
+        assert deliver(services) >= 1
+        (call,) = app_hooks.wait_for(1)
+        event = WebhookVerifier(app.webhook_key).verify(call.body, call.headers)
+        assert isinstance(event, AppReceiptNotification)
+        assert event.receipt_id == posted.receipt_id
+        assert event.service_id == token.service_id
+        assert event.partner_metadata == {"customer": "c-42"}
+        tampered = call.body.replace(b"c-42", b"c-43")
+        with pytest.raises(WebhookError, match="signature"):
+            WebhookVerifier(app.webhook_key).verify(tampered, call.headers)
+
+        # 4. The app reads the receipt for the user, in two formats and in the list.
+        with Client(live_server.url, app.api_key, access_token=token.access_token) as reader:
+            assert reader.get_receipt(event.receipt_id) == receipt_doc()
+            assert reader.get_receipt(event.receipt_id, "service_pdf").startswith(b"%PDF")
+            assert [r.receipt_id for r in reader.list_receipts()] == [posted.receipt_id]
+            with pytest.raises(KuittiError) as refused:
+                reader.get_receipt(event.receipt_id, "finvoice_xml")
+        assert refused.value.status == 409
+        assert refused.value.error == "finvoice_unavailable"
+        assert refused.value.decription
+
+
+def test_the_async_client_pages_through_every_receipt(
+    live_server: LiveServer, services: Services
+) -> None:
+    merchant = make_partner(services, name="Kauppa Oy")
+
+    async def main() -> tuple[list[str], list[str]]:
+        async with AsyncClient(live_server.url, merchant.api_key) as till:
+            posted = [(await till.post_receipt(receipt_doc())).receipt_id for _ in range(3)]
+            listed = [r.receipt_id async for r in till.list_receipts(limit=2)]
+        return posted, listed
+
+    posted, listed = asyncio.run(main())
+    assert sorted(listed) == sorted(posted)
+    assert len(listed) == 3  # two pages of at most two
+
+
+class _Busy(BaseHTTPRequestHandler):
+    """Answers the first request 503 with Retry-After: 0, then forwards to the service."""
+
+    protocol_version = "HTTP/1.1"
+    server: _BusyServer
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host",)}
+        with self.server.lock:
+            self.server.keys.append(self.headers["Idempotency-Key"])
+            busy = len(self.server.keys) == 1
+        if busy:
+            status, content = 503, b'{"error": "unavailable", "decription": "busy"}'
+            out = {"Retry-After": "0", "Content-Type": "application/json"}
+        else:
+            answer = httpx.post(self.server.upstream + self.path, content=body, headers=headers)
+            status, content = answer.status_code, answer.content
+            out = {"Content-Type": answer.headers["content-type"]}
+        self.send_response(status)
+        for name, value in {**out, "Content-Length": str(len(content))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(content)
+
+
+class _BusyServer(ThreadingHTTPServer):
+    def __init__(self, upstream: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Busy)
+        self.upstream = upstream
+        self.keys: list[str] = []
+        self.lock = threading.Lock()
+
+
+@contextmanager
+def busy_front(upstream: str) -> Iterator[_BusyServer]:
+    server = _BusyServer(upstream)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_busy_answer_is_retried_with_the_same_key(
+    live_server: LiveServer, services: Services
+) -> None:
+    merchant = make_partner(services, name="Kauppa Oy")
+    waits: list[float] = []
+    with busy_front(live_server.url) as front:
+        url = f"http://127.0.0.1:{front.server_address[1]}"
+        with Client(url, merchant.api_key, sleep=waits.append) as till:
+            created = till.post_receipt(receipt_doc())
+    assert waits == [0.0]  # what Retry-After asked
+    first, second = front.keys
+    assert first == second  # one key on every attempt: the receipt is stored once
+    assert stored_receipts(services) == 1
+    assert created.receipt_id
+
+
+def test_a_busy_answer_is_an_error_once_the_attempts_are_spent(
+    live_server: LiveServer, services: Services
+) -> None:
+    merchant = make_partner(services, name="Kauppa Oy")
+    with busy_front(live_server.url) as front:
+        url = f"http://127.0.0.1:{front.server_address[1]}"
+        with (
+            Client(url, merchant.api_key, retry=RetryPolicy(attempts=1)) as till,
+            pytest.raises(KuittiError) as refused,
+        ):
+            till.post_receipt(receipt_doc())
+    assert (refused.value.status, refused.value.error) == (503, "unavailable")
+    assert refused.value.retry_after == 0
+    assert stored_receipts(services) == 0
