@@ -10,6 +10,7 @@ front of the service that answers 503 with ``Retry-After`` before letting the po
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,19 +22,27 @@ import pytest
 from kuitti_client import (
     AppReceiptNotification,
     AsyncClient,
+    CardAdded,
+    CardReceiptNotification,
     Client,
+    FullReceiptNotification,
     KuittiError,
+    OAuthRevokeNotification,
     RetryPolicy,
+    TransactionNotification,
     WebhookError,
     WebhookVerifier,
     code_from_callback,
     exchange_code,
     start_authorization,
 )
+from pydantic import BaseModel
 from sqlalchemy import func, select
 
 from kuitti.models import PartnerRole, Receipt
 from kuitti.services import Services
+from kuitti.webhooks.payloads import PAYLOAD_MODELS
+from kuitti.webhooks.signing import webhook_headers
 from tests.conftest import LiveServer
 from tests.factories import make_partner, make_user, receipt_doc
 from tests.oauth.flow import REDIRECT_URI, consent, log_in
@@ -215,3 +224,65 @@ def test_a_busy_answer_is_an_error_once_the_attempts_are_spent(
     assert (refused.value.status, refused.value.error) == (503, "unavailable")
     assert refused.value.retry_after == 0
     assert stored_receipts(services) == 0
+
+
+CLIENT_MODELS: dict[str, type[BaseModel]] = {
+    "receipt_notification": AppReceiptNotification,
+    "transaction_notification": TransactionNotification,
+    "oauth_authorization_revoke": OAuthRevokeNotification,
+    "card_added": CardAdded,
+    "card_issuer_receipt_notification": CardReceiptNotification,
+    "full_receipt_notification": FullReceiptNotification,
+}
+
+
+def assert_same_keys(service: type[BaseModel], client: type[BaseModel]) -> None:
+    """The client's model has the service's keys; those it requires are the ones the service
+    always sends (the rest it leaves out when empty); nested objects alike."""
+    omitted: frozenset[str] = getattr(service, "OMITTED_WHEN_NONE", frozenset())
+    assert set(client.model_fields) == set(service.model_fields), client
+    always = {name for name in service.model_fields if name not in omitted}
+    assert {n for n, f in client.model_fields.items() if f.is_required()} == always, client
+    for name, field in service.model_fields.items():
+        nested = field.annotation
+        if isinstance(nested, type) and issubclass(nested, BaseModel):
+            inner = client.model_fields[name].annotation
+            assert isinstance(inner, type)
+            assert issubclass(inner, BaseModel)
+            assert_same_keys(nested, inner)
+
+
+def test_the_client_has_a_model_for_every_webhook_body_the_service_sends() -> None:
+    assert {str(model.WEBHOOK_NAME) for model in PAYLOAD_MODELS} == set(CLIENT_MODELS)
+    for model in PAYLOAD_MODELS:
+        assert_same_keys(model, CLIENT_MODELS[str(model.WEBHOOK_NAME)])
+
+
+CARD_ADDED = (
+    b'{"notification_type": "card_added", "partner_card_id": "card-1", "service_card_id": '
+    b'"3f1c0d1e-8a3b-4c55-9d0e-1b2c3d4e5f60", "data": {"masked_pan": "415301******1234", '
+    b'"exp_date": "2028-12-31T23:59:59Z"}}'
+)
+
+
+def test_the_verifier_refuses_what_kuitti_did_not_send_now() -> None:
+    key = "whsec_" + base64.b64encode(b"k" * 32).decode()
+    now = 1_768_478_591
+    verifier = WebhookVerifier(key, now=lambda: now)
+    signed = webhook_headers(key, "msg-1", now, CARD_ADDED, bare_authorization=True)
+
+    event = verifier.verify(CARD_ADDED, signed)  # a card issuer's bare Authorization
+    assert isinstance(event, CardAdded)
+    assert event.data.name is None
+
+    stale = webhook_headers(key, "msg-1", now - 301, CARD_ADDED, bare_authorization=True)
+    other = "whsec_" + base64.b64encode(b"o" * 32).decode()
+    forged = webhook_headers(other, "msg-1", now, CARD_ADDED, bare_authorization=True)
+    for headers, reason in [
+        (stale, "timestamp"),
+        ({**signed, "Authorization": other}, "Authorization"),
+        ({**forged, "Authorization": key}, "signature"),
+        ({**signed, "webhook-id": "msg-2"}, "signature"),
+    ]:
+        with pytest.raises(WebhookError, match=reason):
+            verifier.verify(CARD_ADDED, headers)
