@@ -5,6 +5,8 @@ One partner flow through the client only: a merchant posts a receipt (a retry wi
 flow, receives the signed webhook on a real HTTP server and checks it with the client's
 verifier, then reads the receipt for the user. The retry rule is shown on a real server in
 front of the service that answers 503 with ``Retry-After`` before letting the post through.
+The client's models are held to the service's own (answers and webhook bodies), and the
+README's webhook handler is run as written.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import httpx
@@ -34,12 +39,17 @@ from kuitti_client import (
     WebhookVerifier,
     code_from_callback,
     exchange_code,
+    models,
     start_authorization,
 )
 from pydantic import BaseModel
 from sqlalchemy import func, select
 
+from kuitti.cards import routes as card_routes
+from kuitti.delivery import routes as delivery_routes
 from kuitti.models import PartnerRole, Receipt
+from kuitti.oauth import routes as oauth_routes
+from kuitti.receipts import answers
 from kuitti.services import Services
 from kuitti.webhooks.payloads import PAYLOAD_MODELS
 from kuitti.webhooks.signing import webhook_headers
@@ -286,3 +296,41 @@ def test_the_verifier_refuses_what_kuitti_did_not_send_now() -> None:
     ]:
         with pytest.raises(WebhookError, match=reason):
             verifier.verify(CARD_ADDED, headers)
+
+
+def readme_block(heading: str) -> str:
+    """The first Python block under a heading of the client's README."""
+    readme = (Path(__file__).parent.parent / "clients" / "python" / "README.md").read_text()
+    section = readme.split(f"## {heading}\n", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_webhook_handler_runs_as_written() -> None:
+    key = "whsec_" + base64.b64encode(b"r" * 32).decode()
+    body = (
+        b'{"notification_type": "receipt_notification", "service_id": "0b7c4a52-9b7e-4d4c-8f4e-'
+        b'6f1f3c1c2a10", "receipt_id": "5d0c9c0e-3f0e-4b9e-9d55-2b8b8f6d2f11"}'
+    )
+    headers = webhook_headers(key, "msg-1", int(time.time()), body, bare_authorization=False)
+    namespace: dict[str, Any] = {"WEBHOOK_KEY": key}
+    exec(readme_block("Checking webhooks"), namespace)  # noqa: S102 (our own README)
+    assert namespace["handle"](body, headers) == 200
+    assert namespace["handle"](body.replace(b"0b7c", b"0b7d"), headers) == 400
+
+
+def test_the_client_answer_models_have_the_service_answer_keys() -> None:
+    pairs: list[tuple[type[BaseModel], type[BaseModel]]] = [
+        (answers.ReceiptCreated, models.ReceiptCreated),
+        (answers.ReceiptSummary, models.ReceiptSummary),
+        (answers.ReceiptList, models.ReceiptList),
+        (answers.TokenResult, models.TokenResult),
+        (oauth_routes.AccessToken, models.AccessToken),
+        (oauth_routes.Revoked, models.Revoked),
+        (delivery_routes.QrCode, models.QrCode),
+        (card_routes.Card, models.Card),
+        (card_routes.CardRemoved, models.CardRemoved),
+    ]
+    for service, client in pairs:
+        required = {n for n, f in service.model_fields.items() if f.is_required()}
+        assert required <= {n for n, f in client.model_fields.items() if f.is_required()}, client
+        assert set(service.model_fields) <= set(client.model_fields), client
