@@ -53,7 +53,7 @@ from kuitti.receipts import answers
 from kuitti.services import Services
 from kuitti.webhooks.payloads import PAYLOAD_MODELS
 from kuitti.webhooks.signing import webhook_headers
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, free_port
 from tests.factories import make_partner, make_user, receipt_doc
 from tests.oauth.flow import REDIRECT_URI, consent, log_in
 from tests.webhooks.receivers import Receiver
@@ -334,3 +334,14 @@ def test_the_client_answer_models_have_the_service_answer_keys() -> None:
         required = {n for n, f in service.model_fields.items() if f.is_required()}
         assert required <= {n for n, f in client.model_fields.items() if f.is_required()}, client
         assert set(service.model_fields) <= set(client.model_fields), client
+
+
+def test_a_lost_connection_is_retried_then_raised() -> None:
+    waits: list[float] = []
+    policy = RetryPolicy(attempts=3, backoff=0.5)
+    with (
+        Client(f"http://127.0.0.1:{free_port()}", "kt_x", retry=policy, sleep=waits.append) as c,
+        pytest.raises(httpx.ConnectError),
+    ):
+        c.get_receipt("5d0c9c0e-3f0e-4b9e-9d55-2b8b8f6d2f11")
+    assert waits == [0.5, 1.0]  # nothing listens: two waits that double, three attempts
