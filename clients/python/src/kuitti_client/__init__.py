@@ -1,0 +1,76 @@
+"""A Python client for the kuitti receipt service."""
+
+from kuitti_client.calls import RetryPolicy
+from kuitti_client.client import AsyncClient, Client
+from kuitti_client.errors import KuittiError
+from kuitti_client.models import (
+    AccessToken,
+    Card,
+    CardRemoved,
+    ErrorBody,
+    QrCode,
+    ReceiptCreated,
+    ReceiptDocument,
+    ReceiptList,
+    ReceiptSummary,
+    Revoked,
+    Token,
+    TokenReceiptPost,
+    TokenResult,
+)
+from kuitti_client.oauth import (
+    AuthorizationError,
+    AuthorizationRequest,
+    code_from_callback,
+    exchange_code,
+    exchange_code_async,
+    start_authorization,
+)
+from kuitti_client.webhooks import (
+    AppReceiptNotification,
+    CardAdded,
+    CardReceiptNotification,
+    FullReceiptNotification,
+    OAuthRevokeNotification,
+    TransactionNotification,
+    WebhookError,
+    WebhookPayload,
+    WebhookVerifier,
+    parse_payload,
+)
+
+__all__ = [
+    "AccessToken",
+    "AppReceiptNotification",
+    "AsyncClient",
+    "AuthorizationError",
+    "AuthorizationRequest",
+    "Card",
+    "CardAdded",
+    "CardReceiptNotification",
+    "CardRemoved",
+    "Client",
+    "ErrorBody",
+    "FullReceiptNotification",
+    "KuittiError",
+    "OAuthRevokeNotification",
+    "QrCode",
+    "ReceiptCreated",
+    "ReceiptDocument",
+    "ReceiptList",
+    "ReceiptSummary",
+    "RetryPolicy",
+    "Revoked",
+    "Token",
+    "TokenReceiptPost",
+    "TokenResult",
+    "TransactionNotification",
+    "WebhookError",
+    "WebhookPayload",
+    "WebhookVerifier",
+    "code_from_callback",
+    "exchange_code",
+    "exchange_code_async",
+    "parse_payload",
+    "start_authorization",
+]
