@@ -2,9 +2,10 @@
 for every API path in both slash forms, every method, without a key, with a wrong key, and with
 the right key and bad input, plus the OpenAPI document.
 
-The expected answers (``front_answers.json``) were recorded from the app as it was before the
-receipt post moved to the front door table and the slash twins became one middleware
-(``KUITTI_RECORD_ANSWERS=1`` writes them again)."""
+The expected answers (``front_answers.json``) were first recorded from the app as it was before
+the receipt post moved to the front door table and the slash twins became one middleware. They
+are written again (``KUITTI_RECORD_ANSWERS=1``) only when an answer changes on purpose, so that
+the file's diff shows every answer that changed."""
 
 from __future__ import annotations
 

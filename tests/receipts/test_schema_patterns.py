@@ -32,7 +32,8 @@ from kuitti.receipts.validation import parse_receipt_request
 from kuitti.services import Services
 from tests.factories import auth, make_partner, receipt_doc
 
-# What the service takes as decimal text (docs/api.md), in Python: ``fullmatch``, so no final line break slips by.
+# What the service takes as decimal text (docs/api.md), in Python: ``fullmatch``, so no final
+# line break slips by.
 PYTHON_DECIMAL = re.compile(r"-?[0-9]{1,15}(\.[0-9]{1,10})?")
 PYTHON_UNSIGNED = re.compile(r"[0-9]{1,15}(\.[0-9]{1,10})?")
 

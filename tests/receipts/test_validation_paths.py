@@ -20,8 +20,8 @@ from kuitti.errors import InvalidRequest
 from kuitti.inputs import MAX_JSON_DEPTH, UNSURE, json_quickly, parse_json, parse_json_fully
 from kuitti.receipts.validation import parse_receipt_request
 from tests.factories import card_payment, many_rows, receipt_doc, token_body
-from tests.receipts.test_fuzz import json_values, mutated_bodies
 from tests.posting.test_returns import ORIGINAL_NUMBER, ORIGINAL_TIME, return_doc
+from tests.receipts.test_fuzz import json_values, mutated_bodies
 from tests.receipts.test_validation import SHAPE_CASES, attachment, journey, verification
 from tests.test_json_endpoints import values
 
