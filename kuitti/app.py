@@ -150,8 +150,8 @@ def tune_garbage_collector() -> None:
     Ingest). Frozen, the objects alive at start-up are never walked again; the higher first
     threshold makes collections of young objects rarer: each one walks the documents and models
     of every request in flight, so at 10 000 a served receipt post still paid 15 % of its CPU for
-    them, at 100 000 about as little as with the collector off (docs/performance.md, "The
-    collector's threshold"). Unreachable cycles are still freed."""
+    them, at 100 000 about as little as with the collector off (bench/HISTORY.md). Unreachable
+    cycles are still freed."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)

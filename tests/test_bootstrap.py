@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 # What uv needs to build and install the package: the rest of the repository plays no part.
-PROJECT_FILES = ("pyproject.toml", "uv.lock", "README.md", "scripts", "kuitti")
+PROJECT_FILES = ("pyproject.toml", "uv.lock", "README.md", "scripts", "kuitti", "clients")
 
 
 @pytest.mark.sqlite_only  # touches no database: once per suite run is enough

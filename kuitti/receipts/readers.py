@@ -342,8 +342,8 @@ async def _page(
     if len(rows) > limit:
         # The cursor is the last row's own sort key, which the page already holds: its
         # receipt_time is the instant its receiptTimeStamp names, parsed the same way when it was
-        # stored. Selecting the column instead converted 51 datetimes a page to use one, a fifth
-        # of the page's CPU (docs/performance.md, "Sixth round" under Reading).
+        # stored. Selecting the column instead would convert 51 datetimes a page to use one, a
+        # fifth of the page's CPU.
         last = page[-1]
         next_cursor = encode_cursor(datetime.fromisoformat(last.receipt_timestamp), last.id)
     return {"receipts": items, "next_cursor": next_cursor}

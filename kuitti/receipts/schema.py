@@ -143,7 +143,7 @@ class Merchant(Document):
 
 # The two row types are typed dicts, not models: a 60-row receipt builds 120 of them, and as
 # models they cost the whole document's validation 60 % more, freeing included
-# (docs/performance.md, "Rows as typed dicts"). Pydantic checks them the same way, and
+# (bench/HISTORY.md). Pydantic checks them the same way, and
 # ``row_type_at`` keeps the error a model gave for a row that is not an object. Read an optional
 # key with ``.get``: a key that was not posted is not there.
 _ROW = ConfigDict(extra="ignore", strict=True, json_schema_extra={"additionalProperties": True})
