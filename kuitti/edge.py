@@ -22,9 +22,7 @@ from typing import Any
 import orjson
 
 from kuitti.config import load_settings
-from kuitti.protocols import HttpToolsJsonErrors
-
-REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+from kuitti.protocols import HttpToolsJsonErrors, closing_answer
 
 
 @functools.cache
@@ -95,12 +93,9 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
         self._disarm()
         if self.transport.is_closing():
             return
-        body = orjson.dumps({"error": code, "decription": description})
-        head = (
-            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n" % (status, REASONS[status], len(body))
+        self.transport.write(
+            closing_answer(status, orjson.dumps({"error": code, "decription": description}))
         )
-        self.transport.write(head + body)
         self.transport.close()
 
     # -- uvicorn's protocol, extended -------------------------------------------------------

@@ -12,10 +12,13 @@ that picks h11 (``--http kuitti.protocols:H11JsonErrors``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from http import HTTPStatus
+
 import h11
 import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 HTTP_PROTOCOL = "kuitti.edge:BoundedHttpToolsProtocol"
 
@@ -24,22 +27,25 @@ def bad_request_body(message: str) -> bytes:
     return orjson.dumps({"error": "bad_request", "decription": message})
 
 
+def closing_answer(status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]] = ()) -> bytes:
+    """A whole HTTP/1.1 answer that closes the connection: ``headers`` first, then the JSON
+    ``body``'s type and length."""
+    content = [b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode("ascii"))]
+    for name, value in headers:
+        content.extend([name, b": ", value, b"\r\n"])
+    content.append(
+        b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+        % len(body)
+    )
+    content.append(body)
+    return b"".join(content)
+
+
 class HttpToolsJsonErrors(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
-        body = bad_request_body(msg)
-        content = [STATUS_LINE[400]]
-        for name, value in self.server_state.default_headers:
-            content.extend([name, b": ", value, b"\r\n"])
-        content.extend(
-            [
-                b"content-type: application/json\r\n",
-                b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
-                b"connection: close\r\n",
-                b"\r\n",
-                body,
-            ]
+        self.transport.write(
+            closing_answer(400, bad_request_body(msg), self.server_state.default_headers)
         )
-        self.transport.write(b"".join(content))
         self.transport.close()
 
 
