@@ -137,17 +137,17 @@ def test_several_processes_on_postgresql(
         stop(process)
 
 
-def ready_line(process: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:
-    """The ready line, once the server has logged it."""
+def logged_line(process: subprocess.Popen[bytes], log: Path, event: str) -> dict[str, Any]:
+    """The JSON log line of ``event`` (``kuitti is ready``), once the process has logged it."""
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         assert process.poll() is None, log.read_text()
         for line in log.read_text().splitlines():
-            if '"kuitti is ready"' in line:
+            if f'"{event}"' in line:
                 found: dict[str, Any] = orjson.loads(line)
                 return found
         time.sleep(0.1)  # polling a starting process, not timing a result
-    raise AssertionError(f"kuitti serve logged no ready line:\n{log.read_text()}")
+    raise AssertionError(f"no {event!r} line was logged:\n{log.read_text()}")
 
 
 def test_port_0_and_the_public_url_follow_the_port_served_on(
@@ -158,7 +158,7 @@ def test_port_0_and_the_public_url_follow_the_port_served_on(
     del env["KUITTI_PUBLIC_URL"]
     process, log = start(["--port", "0"], env, tmp_path)
     try:
-        listening = ready_line(process, log)["listening"]
+        listening = logged_line(process, log, "kuitti is ready")["listening"]
         port = int(listening.rpartition(":")[2])
         assert port != 0
         url = f"http://127.0.0.1:{port}"

@@ -9,24 +9,11 @@ import time
 from pathlib import Path
 
 import httpx
-import orjson
 
 from kuitti.services import Services
-from tests.test_serve import KUITTI, START_TIMEOUT_SECONDS
+from tests.test_serve import KUITTI, logged_line
 from tests.webhooks.receivers import Receiver
 from tests.webhooks.support import queue, webhook_partner
-
-
-def start_line(process: subprocess.Popen[bytes], log: Path) -> dict[str, object]:
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        assert process.poll() is None, log.read_text()
-        for line in log.read_text().splitlines():
-            if "kuitti worker is running" in line:
-                found: dict[str, object] = orjson.loads(line)
-                return found
-        time.sleep(0.1)  # polling a starting process, not timing a result
-    raise AssertionError(f"kuitti worker logged no start line:\n{log.read_text()}")
 
 
 def test_worker_logs_a_start_line_and_serves_its_metrics(
@@ -48,7 +35,7 @@ def test_worker_logs_a_start_line_and_serves_its_metrics(
                 [KUITTI, "worker", "--port", "0"], env=env, stdout=sink, stderr=sink
             )
         try:
-            line = start_line(process, log)
+            line = logged_line(process, log, "kuitti worker is running")
             url = str(line["listening"])
             assert url.startswith("http://127.0.0.1:")
             assert not url.endswith(":0")
