@@ -272,7 +272,7 @@ def main() -> None:
                 "PYTHONPATH": str(ROOT),
                 "KUITTI_DATABASE_URL": instance.url,
                 "KUITTI_VAR_DIR": str(workdir / f"var-{instance.label}"),
-                "KUITTI_SECRET_KEY": "bench-scale-secret",
+                "KUITTI_SECRET_KEY": "bench-scale-secret-not-for-production",
                 "KUITTI_LOG_LEVEL": "WARNING",
                 RUN_WORKER_ENV: "0",
             }
