@@ -1,4 +1,4 @@
-"""The receipt document kept as the bytes the merchant posted (docs/security.md, "Posted bytes").
+"""The receipt document kept as the bytes the merchant posted (docs/security.md, "The receipt as posted").
 
 ``service_json`` and the JSON embedded in ``service_pdf`` are those bytes: whitespace, escapes and
 number forms as posted, in the bare form the whole body, in the token form the ``"receipt"``
@@ -16,9 +16,12 @@ import httpx
 import pytest
 from pypdf import PdfReader
 
+from kuitti.models import Partner
+from kuitti.receipts.formats import DataFormat
+from kuitti.receipts.formats.rendering import cache, render
 from kuitti.receipts.validation import parse_receipt_request
 from kuitti.services import Services
-from tests.factories import auth, make_partner, product_row, receipt_doc
+from tests.factories import auth, make_partner, product_row, receipt_doc, unsaved_receipt
 from tests.receipts.test_dry_run import row_counts
 
 POST = "/api/v1/receipts/"
@@ -115,20 +118,23 @@ def test_an_unchanged_resend_answers_the_original_and_keeps_its_bytes(
     assert refused.json()["error"] == "duplicate_receipt_id"
 
 
-def journey_doc(distance: bytes) -> bytes:
-    """A receipt with a taxi row whose distance is written as ``distance``."""
-    row = product_row(
+def journey_row(distance: float) -> dict[str, Any]:
+    return product_row(
         "Taksimatka",
         unit_price=4350,
         rate="14",
         journey={
             "type": "TAXI",
-            "distance": 12345,
+            "distance": distance,
             "origin": {"name": "Rautatieasema"},
             "destination": {"name": "Lentoasema"},
         },
     )
-    text = json.dumps(receipt_doc([row])).encode()
+
+
+def journey_doc(distance: bytes) -> bytes:
+    """A receipt with a taxi row whose distance is written as ``distance``."""
+    text = json.dumps(receipt_doc([journey_row(12345)])).encode()
     assert text.count(b'"distance": 12345') == 1
     return text.replace(b'"distance": 12345', b'"distance": ' + distance)
 
@@ -215,3 +221,16 @@ def test_the_request_carries_the_posted_bytes() -> None:
         assert request.document_bytes() == document
         assert json.loads(document) == request.document
     assert parse_receipt_request(document, attachments_enabled=False).document_bytes() == document
+
+
+def test_a_receipt_stored_before_is_served_and_rendered_as_stored() -> None:
+    """Stored documents are never rewritten or checked again: one stored compacted, with a
+    distance posts are now refused, is served as it is and still renders."""
+    receipt = unsaved_receipt(receipt_doc([journey_row(1.7e308)]))
+    poster = Partner(id=receipt.partner_id, name="Kauppa Oy", iban="FI2112345600000785")
+    cache.clear()
+    served = render(receipt, poster, DataFormat.SERVICE_JSON).content
+    assert served == receipt.document.encode()
+    pdf = render(receipt, poster, DataFormat.SERVICE_PDF, locale="fi").content
+    assert PdfReader(io.BytesIO(pdf)).attachments["receipt.json"] == [served]
+    assert render(receipt, poster, DataFormat.FINVOICE_PDF, locale="fi").content
