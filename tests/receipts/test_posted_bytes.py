@@ -1,4 +1,5 @@
-"""The receipt document kept as the bytes the merchant posted (docs/security.md, "The receipt as posted").
+"""The receipt document kept as the bytes the merchant posted (docs/security.md, "The receipt
+as posted").
 
 ``service_json`` and the JSON embedded in ``service_pdf`` are those bytes: whitespace, escapes and
 number forms as posted, in the bare form the whole body, in the token form the ``"receipt"``
