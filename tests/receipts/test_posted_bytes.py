@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +25,7 @@ from kuitti.receipts.validation import parse_receipt_request
 from kuitti.services import Services
 from tests.factories import auth, make_partner, product_row, receipt_doc, unsaved_receipt
 from tests.receipts.test_dry_run import row_counts
+from tests.test_cli import run
 
 POST = "/api/v1/receipts/"
 VALIDATE = "/api/v1/receipts/validate"
@@ -176,6 +178,18 @@ def test_a_float_written_otherwise_is_kept_as_written(
     response = post(client, merchant.api_key, document)
     assert response.status_code == 200, response.text
     assert service_json(client, merchant.api_key, response.json()["receipt_id"]).content == document
+
+
+def test_the_command_line_dry_run_agrees(services: Services, tmp_path: Path) -> None:
+    paths = [tmp_path / "refused.json", tmp_path / "kept.json"]
+    for path, number in zip(paths, (INEXACT[0], EXACT[1]), strict=True):
+        path.write_bytes(journey_doc(number))
+    result = run(services, "receipts", "validate", *map(str, paths), "--json")
+    assert result.exit_code == 1, result.output
+    refused, kept = json.loads(result.stdout)["files"]
+    assert [e["error"] for e in refused["errors"]] == ["invalid_value"]
+    assert refused["errors"][0]["decription"].startswith("products[0].journey.distance: ")
+    assert kept["valid"] is True
 
 
 BAD_BODIES = {
