@@ -228,7 +228,8 @@ def receipt_rows(
         receipt={
             "id": receipt_id,
             "partner_id": poster.id,
-            "document": orjson.dumps(request.document),  # UTF8Text: bytes go in as they are
+            # The bytes as posted (UTF8Text: bytes go in as they are), served as service_json.
+            "document": request.document_bytes(),
             "document_hash": request.resend_hash,
             "receipt_number": doc.receiptNumber,
             "receipt_time": doc.receipt_time,

@@ -17,17 +17,19 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
+import msgspec
 import orjson
 from email_validator import EmailNotValidError, validate_email
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from kuitti.errors import ErrorDetail, InvalidRequest
-from kuitti.inputs import BodyScan, json_path, parse_json, parse_json_fully, scan_body
+from kuitti.inputs import INT64_MAX, BodyScan, json_path, parse_json, parse_json_fully, scan_body
 from kuitti.pan import contains_card_number
 from kuitti.receipts.schema import PATTERN_MESSAGES, Receipt, row_type_at
 
@@ -80,6 +82,14 @@ class ReceiptRequest:
     posted: dict[str, Any] | None = None
     """The whole body as parsed (the token form wraps ``document``); ``None`` when it is
     ``document`` itself."""
+    source: bytes | None = None
+    """The document's bytes exactly as posted: the whole body, or in the token form the value
+    of ``"receipt"`` from its ``{`` to its ``}``. ``None`` for a request built in code (the
+    demo), whose document is stored as orjson writes it."""
+
+    def document_bytes(self) -> bytes:
+        """What kuitti stores as the receipt's document, and serves as ``service_json``."""
+        return self.source if self.source is not None else orjson.dumps(self.document)
 
     @cached_property
     def document_hash(self) -> str:
@@ -124,6 +134,7 @@ def parse_receipt_request(
     tokens: list[Token] = []
     prefix: tuple[str | int, ...] = ()
     posted: dict[str, Any] | None = None
+    source = body
     if "receipt" in data or "attributes" in data:
         posted = data
         tokens = _parse_attributes(data.get("attributes"), errors)
@@ -135,6 +146,7 @@ def parse_receipt_request(
         if not isinstance(document, dict):
             errors.append(ErrorDetail("invalid_type", "receipt: must be a JSON object."))
             raise InvalidRequest(errors)
+        source = bytes(_TOKEN_FORM.decode(body).receipt)
     else:
         document = data
     try:
@@ -143,11 +155,59 @@ def parse_receipt_request(
         errors.extend(_shape_errors(exc.errors(), document, prefix))
         raise InvalidRequest(errors) from None
     errors.extend(check_rules(receipt, prefix, attachments_enabled=attachments_enabled))
+    errors.extend(_inexact_numbers(receipt, source, prefix))
     if fully or _may_hold_card_number(body, scan):
         errors.extend(_card_numbers(document, prefix))
     if errors:
         raise InvalidRequest(errors)
-    return ReceiptRequest(receipt=receipt, document=document, tokens=tokens, posted=posted)
+    return ReceiptRequest(receipt, document, tokens, posted, source)
+
+
+class _TokenForm(msgspec.Struct):
+    """The token form's ``"receipt"`` value as its bytes: msgspec's ``Raw`` is the exact span
+    of a value in the body, found by its parser (other keys are skipped, and the body has been
+    read as JSON with no key twice before this runs)."""
+
+    receipt: msgspec.Raw = msgspec.Raw()
+
+
+_TOKEN_FORM = msgspec.json.Decoder(_TokenForm)
+
+_FLOAT_FIELDS = ("distance", "duration")
+"""The numbers of the document that kuitti reads as floats (a journey's, shown on the receipt):
+every other number it computes with is an integer, which Python holds exactly (the JSON edge
+refuses one beyond 64 bits)."""
+
+
+def _inexact_numbers(
+    receipt: Receipt, source: bytes, prefix: tuple[str | int, ...]
+) -> Iterator[ErrorDetail]:
+    """A float field whose posted number the float kuitti computes with does not equal
+    (``1.2345678901234567890``, ``1e-400``), or that is larger than any integer kuitti takes
+    (the views' decimal arithmetic could not round it): refused, so that what the receipt shows
+    is what its document says. The float's value is its shortest decimal (``repr``), which is
+    what the views format (``kuitti.receipts.view``); ``0.1000`` and ``1E2`` are that value,
+    written otherwise, and pass. Only a journey's row is looked at again, in the posted text."""
+    floats = [
+        (index, name, value)
+        for index, row in enumerate(receipt.products)
+        if (journey := row.get("journey")) is not None
+        for name in _FLOAT_FIELDS
+        if type(value := getattr(journey, name)) is float
+    ]
+    if not floats:
+        return
+    written = json.loads(source, parse_float=Decimal)["products"]
+    for index, name, value in floats:
+        path = json_path((*prefix, "products", index, "journey", name))
+        if value > INT64_MAX:
+            yield ErrorDetail("invalid_value", f"{path}: the number is too large.")
+        elif Decimal(repr(value)) != written[index]["journey"][name]:
+            yield ErrorDetail(
+                "invalid_value",
+                f"{path}: kuitti computes with this number as a 64-bit float, which cannot hold "
+                "it exactly; send at most 15 significant digits.",
+            )
 
 
 _SEND_MASKED = "full card numbers are never accepted (send it masked, e.g. 415301******1234)."

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from functools import lru_cache
 
 from babel.dates import format_datetime
@@ -322,9 +322,12 @@ def _decimal(value: int | float | str) -> Decimal:
 
 def _distance(metres: int | float, f: Formatter) -> str:
     value = _decimal(metres)
-    if value >= 1000:
-        return f"{f.number((value / 1000).quantize(Decimal('0.1'), ROUND_HALF_UP))} km"
-    return f"{f.number(value.quantize(Decimal('1')))} m"
+    # Room for every float's digits: a receipt stored before posts were refused a distance
+    # beyond 2**63 may hold one up to 1.8e308, which the default 28 digits cannot round.
+    with localcontext(prec=400):
+        if value >= 1000:
+            return f"{f.number((value / 1000).quantize(Decimal('0.1'), ROUND_HALF_UP))} km"
+        return f"{f.number(value.quantize(Decimal('1')))} m"
 
 
 def _duration(minutes: int | float, f: Formatter) -> str:
