@@ -310,6 +310,39 @@ async def list_receipts_by_key(
     return await _page(db, digest, [_ListedRow(*row) for row in rows], limit)
 
 
+async def list_from_replica(
+    replica: Database,
+    primary: Database,
+    reader: Reader,
+    digest: str | None,
+    *,
+    since: datetime | None,
+    limit: int,
+    after: Cursor | None,
+) -> dict[str, Any] | None:
+    """A list page read on ``replica`` (a partner's by its key ``digest``, else a user's), its
+    rows' rights checked again on ``primary``, where ``reader`` was decided: a row whose right
+    ended there is left out (kuitti/replicas.py). None for an empty page, which the primary
+    reads instead: the replica may not know a new key or grant yet."""
+    params = _page_params(since, limit, after)
+    if digest is None:
+        params.update(owner=reader.user_id, sandbox=reader.sandbox)
+    else:
+        params["digest"] = digest
+    query = _page_query("key" if digest else "user", since is not None, after is not None)
+    rows = [_ListedRow(*row) for row in await replica.read_rows_async(query, params)]
+    if not rows:
+        return None
+    ids = {uuid.UUID(row.id) for row in rows[:limit]}
+    readable = await primary.run_read(_readable_ids_on, primary, reader, ids)
+    return await _page(primary, reader, rows, limit, readable)
+
+
+def _readable_ids_on(db: Database, reader: Reader, ids: set[uuid.UUID]) -> set[uuid.UUID]:
+    with db.session(write=False) as session:
+        return _readable_ids(session, reader, ids)
+
+
 def _page_params(since: datetime | None, limit: int, after: Cursor | None) -> dict[str, Any]:
     params: dict[str, Any] = {"limit": limit + 1}  # one more: is there a next page?
     if since is not None:
@@ -320,12 +353,20 @@ def _page_params(since: datetime | None, limit: int, after: Cursor | None) -> di
 
 
 async def _page(
-    db: Database, reader: Reader | str, rows: list[_ListedRow], limit: int
+    db: Database,
+    reader: Reader | str,
+    rows: list[_ListedRow],
+    limit: int,
+    shown: set[uuid.UUID] | None = None,
 ) -> dict[str, Any]:
     """The answer from the page's rows (one more than ``limit`` if there is a next page).
     ``reader`` is the reader or a key digest, whose partner is looked up only if the page
-    shows relations (they depend on what the reader may read)."""
+    shows relations (they depend on what the reader may read). ``shown``: the rows' ids the
+    reader may still read, when the rows came from a replica; the cursor stays the last row's."""
     page = rows[:limit]
+    cursor_row = page[-1] if page else None
+    if shown is not None:
+        page = [row for row in page if uuid.UUID(row.id) in shown]
     relations = await _readable_relations(db, reader, page)
     items = [
         {
@@ -339,12 +380,12 @@ async def _page(
         for row in page
     ]
     next_cursor = None
-    if len(rows) > limit:
+    if len(rows) > limit and cursor_row is not None:
         # The cursor is the last row's own sort key, which the page already holds: its
         # receipt_time is the instant its receiptTimeStamp names, parsed the same way when it was
         # stored. Selecting the column instead would convert 51 datetimes a page to use one, a
         # fifth of the page's CPU.
-        last = page[-1]
+        last = cursor_row
         next_cursor = encode_cursor(datetime.fromisoformat(last.receipt_timestamp), last.id)
     return {"receipts": items, "next_cursor": next_cursor}
 
