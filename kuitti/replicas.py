@@ -25,9 +25,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy import Boolean, Float, Select, literal_column, select
+from sqlalchemy import Select, literal_column, select
 from sqlalchemy.orm import Session
 
 from kuitti.db import Database
@@ -51,18 +51,16 @@ REPLICA_WAIT_SECONDS = 2.0
 # Seconds behind the primary: 0 while everything received is applied (an idle primary sends
 # nothing, so the replay time alone would grow), else the age of the last applied commit; and
 # whether everything received is applied. A server not in recovery (promoted) is caught up.
-_STATE: Select[tuple[float, bool]] = select(
+_STATE: Select[*tuple[Any, ...]] = select(
     literal_column(
         "CASE WHEN NOT pg_is_in_recovery() "
         "OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0 "
         "ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp())::float8, "
-        "'Infinity'::float8) END",
-        Float,
+        "'Infinity'::float8) END"
     ),
     literal_column(
         "COALESCE(NOT pg_is_in_recovery() "
-        "OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn(), false)",
-        Boolean,
+        "OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn(), false)"
     ),
 )
 
@@ -99,8 +97,8 @@ class ReadReplica:
         REPLICA_UP.set(0)
         REPLICA_LAG.set(math.nan)
 
-    def _measured(self, rows: list[tuple[object, ...]]) -> tuple[float, bool]:
-        lag, applied = float(rows[0][0]), bool(rows[0][1])  # type: ignore[arg-type]
+    def _measured(self, rows: list[tuple[Any, ...]]) -> tuple[float, bool]:
+        lag, applied = float(rows[0][0]), bool(rows[0][1])
         self._lag_at, self._lag = time.monotonic(), lag
         REPLICA_UP.set(1)
         REPLICA_LAG.set(lag)

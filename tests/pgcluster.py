@@ -155,6 +155,12 @@ class PgCluster:
             assert time.monotonic() < deadline, f"no synchronous standby {name}: {state}"
             time.sleep(0.02)  # polling the primary's view of its standby, not timing a result
 
+    def reconfigure(self, line: str) -> None:
+        """Add ``line`` (``name = value``) to the configuration and reload it."""
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write(f"{line}\n")
+        self.sql("SELECT pg_reload_conf()", database="postgres")
+
     def promote(self) -> None:
         """End a standby's recovery: it takes writes from now on (``pg_promote`` waits)."""
         self.sql("SELECT pg_promote()", database="postgres")
