@@ -130,17 +130,25 @@ class ReadReplica:
                 return math.inf
         return self._lag
 
+    @property
+    def primary_away(self) -> bool:
+        """The primary failed to decide a right less than ``PRIMARY_AWAY_SECONDS`` ago."""
+        return time.monotonic() < self._primary_away_until
+
+    def primary_went_away(self) -> None:
+        self._primary_away_until = time.monotonic() + PRIMARY_AWAY_SECONDS
+
     async def decided(
         self, primary: Database, decide: Callable[[Database], Awaitable[T]]
     ) -> tuple[T, Database]:
         """``decide`` (a read that decides rights) on the primary, and the database it ran on.
         While the primary is away, on the replica if it has applied all the WAL it received
         (see the module's docstring); else ``DatabaseUnavailable``."""
-        if time.monotonic() >= self._primary_away_until:
+        if not self.primary_away:
             try:
                 return await decide(primary), primary
             except DatabaseUnavailable:
-                self._primary_away_until = time.monotonic() + PRIMARY_AWAY_SECONDS
+                self.primary_went_away()
         _lag, applied = await self.state()
         if not applied:
             raise DatabaseUnavailable()

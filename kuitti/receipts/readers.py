@@ -26,11 +26,14 @@ from functools import cache
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
+    ARRAY,
     Boolean,
     ColumnElement,
     Integer,
     Select,
+    Uuid,
     and_,
+    any_,
     bindparam,
     exists,
     or_,
@@ -310,37 +313,58 @@ async def list_receipts_by_key(
     return await _page(db, digest, [_ListedRow(*row) for row in rows], limit)
 
 
-async def list_from_replica(
+async def replica_rows(
     replica: Database,
-    primary: Database,
-    reader: Reader,
-    digest: str | None,
+    reader: Reader | str,
     *,
     since: datetime | None,
     limit: int,
     after: Cursor | None,
-) -> dict[str, Any] | None:
-    """A list page read on ``replica`` (a partner's by its key ``digest``, else a user's), its
-    rows' rights checked again on ``primary``, where ``reader`` was decided: a row whose right
-    ended there is left out (kuitti/replicas.py). None for an empty page, which the primary
-    reads instead: the replica may not know a new key or grant yet."""
+) -> list[_ListedRow]:
+    """A list page's rows read on ``replica``, for a user-authorized ``reader`` (decided on the
+    primary) or the partner of a key digest; ``checked_page`` makes the page."""
     params = _page_params(since, limit, after)
-    if digest is None:
-        params.update(owner=reader.user_id, sandbox=reader.sandbox)
+    if isinstance(reader, str):
+        kind = "key"
+        params["digest"] = reader
     else:
-        params["digest"] = digest
-    query = _page_query("key" if digest else "user", since is not None, after is not None)
-    rows = [_ListedRow(*row) for row in await replica.read_rows_async(query, params)]
-    if not rows:
-        return None
-    ids = {uuid.UUID(row.id) for row in rows[:limit]}
-    readable = await primary.run_read(_readable_ids_on, primary, reader, ids)
+        kind = "user"
+        params.update(owner=reader.user_id, sandbox=reader.sandbox)
+    query = _page_query(kind, since is not None, after is not None)
+    return [_ListedRow(*row) for row in await replica.read_rows_async(query, params)]
+
+
+async def checked_page(
+    primary: Database, reader: Reader | str, rows: list[_ListedRow], limit: int
+) -> dict[str, Any]:
+    """The page of ``rows`` read on a replica (``replica_rows``, not empty), their rights
+    checked again on ``primary`` in one statement, the key's included: a row whose right ended
+    there is left out, and a key disabled or rotated since is refused (kuitti/replicas.py)."""
+    ids = [uuid.UUID(row.id) for row in rows[:limit]]
+    params: dict[str, Any]
+    if isinstance(reader, str):
+        kind, params = "key", {"digest": reader, "ids": ids}
+    else:
+        kind, params = "user", {"owner": reader.user_id, "ids": ids}
+    found = await primary.read_rows_async(_STILL_READABLE[kind], params)
+    readable = {row[0] for row in found}
+    if not readable and isinstance(reader, str):
+        await key_reader(primary, reader)  # 401 for a key disabled or rotated since
     return await _page(primary, reader, rows, limit, readable)
 
 
-def _readable_ids_on(db: Database, reader: Reader, ids: set[uuid.UUID]) -> set[uuid.UUID]:
-    with db.session(write=False) as session:
-        return _readable_ids(session, reader, ids)
+# Which of a page's receipts (bound ``ids``, an array: PostgreSQL, where replicas are) the
+# reader may still read, on the primary: the partner of a key digest, or a user.
+_STILL_READABLE = {
+    "key": select(ReceiptGrant.receipt_id).where(
+        ReceiptGrant.receipt_id == any_(bindparam("ids", type_=ARRAY(Uuid))),
+        _readable_by_partner(_key_partner(Partner.id)),
+    ),
+    "user": select(ReceiptDelivery.receipt_id).where(
+        ReceiptDelivery.user_id == bindparam("owner"),
+        ReceiptDelivery.receipt_id == any_(bindparam("ids", type_=ARRAY(Uuid))),
+    ),
+}
 
 
 def _page_params(since: datetime | None, limit: int, after: Cursor | None) -> dict[str, Any]:

@@ -309,31 +309,38 @@ async def _list_page(
 async def _page_from_replica(
     services: Services, replica: ReadReplica, credentials: Credentials, asked: _ListRequest
 ) -> dict[str, Any] | None:
-    """The list page from the read replica, its rights decided on the primary; None when the
+    """The list page from the read replica, its rights checked on the primary; None when the
     primary reads it instead: the replica lags beyond the bound or is away, its page is empty,
     or the primary is away (then the replica decides too, if it may: ``_list_page``)."""
+    if replica.primary_away:
+        return None
     if await replica.lag() > LIST_MAX_LAG_SECONDS:
         REPLICA_READS.labels("lagging" if replica.available else "away").inc()
         return None
-    reader, decided_on = await _decided(services, partial(_reader, services, credentials))
-    if decided_on is not services.db:
-        return None
-    digest = READERS.key_digest(credentials) if credentials.bearer is None else None
+    reader: Reader | str = READERS.key_digest(credentials)
+    if credentials.bearer is not None:
+        try:
+            reader = await _reader(services, credentials, services.db)
+        except DatabaseUnavailable:
+            replica.primary_went_away()  # the replica decides while it is away (_list_page)
+            return None
     try:
-        page = await readers.list_from_replica(
-            replica.db,
-            services.db,
-            reader,
-            digest,
-            since=asked.since,
-            limit=asked.limit,
-            after=asked.after,
+        rows = await readers.replica_rows(
+            replica.db, reader, since=asked.since, limit=asked.limit, after=asked.after
         )
     except DatabaseUnavailable:
         replica.went_away()
         REPLICA_READS.labels("away").inc()
         return None
-    REPLICA_READS.labels("miss" if page is None else "replica").inc()
+    if not rows:
+        REPLICA_READS.labels("miss").inc()
+        return None
+    try:
+        page = await readers.checked_page(services.db, reader, rows, asked.limit)
+    except DatabaseUnavailable:
+        replica.primary_went_away()  # the replica decides while it is away (_list_page)
+        return None
+    REPLICA_READS.labels("replica").inc()
     return page
 
 
