@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import Select, literal_column, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from kuitti.db import Database
@@ -63,6 +64,17 @@ _STATE: Select[*tuple[Any, ...]] = select(
         "OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn(), false)"
     ),
 )
+
+
+# A standby cancels a query whose rows the WAL it replays removes (a conflict with recovery):
+# serialization_failure, or deadlock_detected for a buffer pin. The read is not wrong, only
+# too late there: the primary answers it.
+_RECOVERY_CONFLICTS = ("40001", "40P01")
+
+
+def recovery_conflict(error: DBAPIError) -> bool:
+    """Whether a replica's ``error`` is a query cancelled by a conflict with recovery."""
+    return getattr(error.orig, "sqlstate", None) in _RECOVERY_CONFLICTS
 
 
 class ReadReplica:
@@ -153,7 +165,12 @@ class ReadReplica:
         if not applied:
             raise DatabaseUnavailable()
         REPLICA_READS.labels("primary_away").inc()
-        return await decide(self.db), self.db
+        try:
+            return await decide(self.db), self.db
+        except DBAPIError as error:
+            if recovery_conflict(error):
+                raise DatabaseUnavailable() from error  # try again: 503 with Retry-After
+            raise
 
     def read(self, read: Callable[[Session], T | None]) -> T | None:
         """``read`` in a session on the replica (from a thread), or None: when it finds
@@ -167,6 +184,11 @@ class ReadReplica:
         except DatabaseUnavailable:
             self.went_away()
             REPLICA_READS.labels("away").inc()
+            return None
+        except DBAPIError as error:
+            if not recovery_conflict(error):
+                raise
+            REPLICA_READS.labels("miss").inc()
             return None
         REPLICA_READS.labels("replica" if found is not None else "miss").inc()
         return found

@@ -68,6 +68,14 @@ class Replicated:
         receipt_id: str = answer.json()["receipt_id"]
         return receipt_id
 
+    def read(self, merchant: NewPartner, receipt_id: str) -> None:
+        """The merchant reads its receipt as JSON and as a PDF: 200 both."""
+        for fmt in ("service_json", "service_pdf"):
+            answer = self.client.get(
+                f"{RECEIPTS}{receipt_id}/{fmt}/", headers=auth(merchant.api_key)
+            )
+            assert answer.status_code == 200, answer.text
+
     def on_replica(self, receipt_id: str) -> bool:
         return self.on_standby("SELECT 1 FROM receipts WHERE id = %s", receipt_id) is not None
 
@@ -112,9 +120,7 @@ def test_a_read_right_after_its_post_is_found_though_the_replica_lags(
     for _ in range(5):
         receipt_id = replicated.post(merchant)
         assert not replicated.on_replica(receipt_id)  # the replica is behind…
-        for fmt in ("service_json", "service_pdf"):
-            read = client.get(f"{RECEIPTS}{receipt_id}/{fmt}/", headers=auth(merchant.api_key))
-            assert read.status_code == 200, read.text  # …and the read is found all the same
+        replicated.read(merchant, receipt_id)  # …and the read is found all the same
         page = client.get(f"/r/{_private_token(replicated, receipt_id)}")
         assert page.status_code == 200, page.text
     assert metric(client, _reads("miss")) >= missed + 15  # read on the primary after a miss
@@ -197,9 +203,7 @@ def test_a_replica_away_sends_the_reads_to_the_primary(replicated: Replicated) -
     replicated.standby.stop()
     try:
         away = metric(client, _reads("away"))
-        for fmt in ("service_json", "service_pdf"):
-            read = client.get(f"{RECEIPTS}{receipt_id}/{fmt}/", headers=auth(merchant.api_key))
-            assert read.status_code == 200, read.text
+        replicated.read(merchant, receipt_id)
         assert receipt_id in replicated.listed(merchant.api_key)
         assert client.get(f"/r/{_private_token(replicated, receipt_id)}").status_code == 200
         ready = client.get("/readyz")
@@ -230,9 +234,7 @@ def test_reads_come_from_the_standby_while_the_primary_is_stopped(
     replicated.standby.reconfigure("recovery_min_apply_delay = 0")
     wait_until(lambda: replicated.on_replica(receipt_id), WAIT_SECONDS)
     decided = metric(client, _reads("primary_away"))
-    for fmt in ("service_json", "service_pdf"):
-        read = client.get(f"{RECEIPTS}{receipt_id}/{fmt}/", headers=auth(merchant.api_key))
-        assert read.status_code == 200, read.text
+    replicated.read(merchant, receipt_id)
     assert receipt_id in replicated.listed(merchant.api_key)
     assert client.get(f"/r/{_private_token(replicated, receipt_id)}/pdf").status_code == 200
     assert metric(client, _reads("primary_away")) >= decided + 3

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, Field, ValidationError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
@@ -42,7 +43,7 @@ from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.formats.rendering import FORMATS, cached, etag, render
 from kuitti.receipts.readers import ReadableReceipt, Reader
 from kuitti.receipts.relations import relations
-from kuitti.replicas import LIST_MAX_LAG_SECONDS, ReadReplica
+from kuitti.replicas import LIST_MAX_LAG_SECONDS, ReadReplica, recovery_conflict
 from kuitti.responses import ORJSONResponse, error_response
 from kuitti.services import Services
 
@@ -332,6 +333,10 @@ async def _page_from_replica(
         replica.went_away()
         REPLICA_READS.labels("away").inc()
         return None
+    except DBAPIError as error:
+        if not recovery_conflict(error):
+            raise
+        rows = []  # cancelled by the standby's replay: the primary reads the page
     if not rows:
         REPLICA_READS.labels("miss").inc()
         return None
