@@ -40,10 +40,12 @@ def count_request(method: str, route: str, status: int, seconds: float) -> None:
 REPLICA_LAG = Gauge(
     "kuitti_read_replica_lag_seconds",
     "How far the read replica's applied state is behind the primary: 0 while it has applied "
-    "all it received, else the age of its last applied commit; NaN while it is away",
+    "all it received, else the age of its last applied commit; NaN while it is away (0 without a "
+    "read replica)",
 )
 REPLICA_UP = Gauge(
-    "kuitti_read_replica_up", "1 while the read replica answers, 0 while reads skip it"
+    "kuitti_read_replica_up",
+    "1 while the read replica answers, 0 while reads skip it (and without a read replica)",
 )
 REPLICA_READS = Counter(
     "kuitti_read_replica_reads_total",
