@@ -125,10 +125,11 @@ class ReadReplica:
             raise
 
     def refresh(self) -> None:
-        """Measure the lag now, for ``/metrics`` (from a thread); away is recorded, not raised."""
+        """Measure the lag now, for ``/metrics`` and ``/readyz`` (from a thread); a failure is
+        recorded as the replica away, not raised: it must not fail either endpoint."""
         try:
             self._measured(self.db.read_rows(_STATE, {}))
-        except DatabaseUnavailable:
+        except (DatabaseUnavailable, DBAPIError):
             self.went_away()
 
     async def lag(self) -> float:
