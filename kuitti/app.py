@@ -38,6 +38,7 @@ from kuitti.paths import STATIC_DIR
 from kuitti.posting.ingest import Ingest
 from kuitti.receipts.dry_run import router as dry_run_router
 from kuitti.receipts.routes import router as receipts_router
+from kuitti.replicas import ReadReplica
 from kuitti.responses import ORJSONResponse, error_response
 from kuitti.services import Services
 from kuitti.users.routes import router as users_router
@@ -77,7 +78,14 @@ def create_app(
         listen_url=settings.listen_database_url,
         prepared_statements=settings.db_prepared_statements,
     )
-    services = Services(settings=settings, db=db, clock=clock or SystemClock())
+    replica = None
+    if settings.read_database_url:
+        replica = ReadReplica(
+            settings.read_database_url,
+            pool_size=settings.db_pool_size,
+            prepared_statements=settings.db_prepared_statements,
+        )
+    services = Services(settings=settings, db=db, clock=clock or SystemClock(), replica=replica)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -86,6 +94,8 @@ def create_app(
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
         tune_garbage_collector()
         await db.open_async_reads()
+        if replica is not None:
+            await replica.open()
         stop = asyncio.Event()
         with db.checkpointing():
             worker = (
@@ -96,6 +106,7 @@ def create_app(
                     "kuitti is ready",
                     listening=listening or "through its ASGI server",
                     database=db.label,
+                    read_replica=replica.label if replica is not None else None,
                     processes=processes,
                     worker=_worker_place(run_worker_in_process, processes),
                 )
@@ -106,6 +117,10 @@ def create_app(
                 if worker is not None:
                     await worker
                 await db.close_async_reads()
+                if replica is not None:
+                    await replica.close()
+        if replica is not None:
+            replica.dispose()
         if own_db:
             # Its connections closed: the last one to close on SQLite folds the WAL into the
             # database file and removes it.
@@ -181,17 +196,31 @@ def _add_operations_routes(app: FastAPI, services: Services) -> None:
         summary="The database answers, takes writes and is migrated",
     )
     def readyz() -> ORJSONResponse:
+        # The primary alone decides readiness: a replica away only sends reads to the primary
+        # (kuitti/replicas.py), so it is reported, never a reason to be taken out of service.
+        replica = _replica_state(services)
         try:
             reason = not_ready_reason(services.db)
         except Exception as exc:  # readiness reports every failure as not ready
-            return ORJSONResponse({"status": "unavailable", "reason": str(exc)}, 503)
+            return ORJSONResponse({"status": "unavailable", "reason": str(exc), **replica}, 503)
         if reason is not None:
-            return ORJSONResponse({"status": "unavailable", "reason": reason}, 503)
-        return ORJSONResponse({"status": "ready"})
+            return ORJSONResponse({"status": "unavailable", "reason": reason, **replica}, 503)
+        return ORJSONResponse({"status": "ready", **replica})
 
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
     def metrics() -> Response:
+        if services.replica is not None:
+            services.replica.refresh()  # its lag as of this scrape
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _replica_state(services: Services) -> dict[str, str]:
+    """``/readyz``'s word on the read replica, when there is one: ``ok`` or ``away``."""
+    replica = services.replica
+    if replica is None:
+        return {}
+    replica.refresh()
+    return {"read_replica": "ok" if replica.available else "away"}
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # The databases kuitti is tested on; postgresql:// means the psycopg 3 driver we ship.
@@ -77,6 +77,12 @@ class Settings(BaseSettings):
         description="Default: an SQLite file kuitti.db in the var directory (sqlite:///path). A "
         "postgresql:// URL selects PostgreSQL (driver psycopg 3) in any form libpq takes: several "
         "hosts (db1:5432,db2:5432), target_session_attrs, sslmode (docs/operations.md).",
+    )
+    read_database_url: str | None = Field(
+        None,
+        description="PostgreSQL only: a read replica (a streaming standby of the primary, any "
+        "form libpq takes) that answers receipt reads, lists and link pages; rights are still "
+        "decided on the primary (docs/operations.md, Read replicas).",
     )
     # Beyond one database machine (docs/operations.md): a pooler between kuitti and PostgreSQL.
     listen_database_url: str | None = Field(
@@ -235,6 +241,17 @@ class Settings(BaseSettings):
         problem = directory_problem(path.parent) if path is not None else None
         if problem:
             raise ValueError(problem)
+        return value
+
+    @field_validator("read_database_url")
+    @classmethod
+    def _replica_of_postgresql(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        primary = info.data.get("database_url")
+        if not primary or primary.startswith("sqlite://"):
+            raise ValueError("needs a PostgreSQL primary in KUITTI_DATABASE_URL, not SQLite")
+        _check_libpq_url(value)
         return value
 
     @field_validator("listen_database_url")

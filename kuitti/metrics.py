@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 HTTP_REQUESTS = Counter(
     "kuitti_http_requests_total", "HTTP requests answered", ["method", "route", "status"]
@@ -35,6 +35,26 @@ def count_request(method: str, route: str, status: int, seconds: float) -> None:
         _REQUEST_TIMERS[method, route] = timer
     timer.observe(seconds)
 
+
+# The read replica (kuitti/replicas.py), when KUITTI_READ_DATABASE_URL names one.
+REPLICA_LAG = Gauge(
+    "kuitti_read_replica_lag_seconds",
+    "How far the read replica's applied state is behind the primary: 0 while it has applied "
+    "all it received, else the age of its last applied commit; NaN while it is away (0 without a "
+    "read replica)",
+)
+REPLICA_UP = Gauge(
+    "kuitti_read_replica_up",
+    "1 while the read replica answers, 0 while reads skip it (and without a read replica)",
+)
+REPLICA_READS = Counter(
+    "kuitti_read_replica_reads_total",
+    "Reads that could go to the read replica, by outcome: replica (answered there), miss (not "
+    "there yet, or older there: the primary answered), lagging (a list beyond the lag bound: "
+    "the primary), away (the replica away: the primary), primary_away (rights decided on the "
+    "replica while the primary was away)",
+    ["outcome"],
+)
 
 RECEIPTS_CREATED = Counter("kuitti_receipts_created_total", "Receipts stored")
 INGEST_BATCH = Histogram(

@@ -13,6 +13,7 @@ from kuitti.clock import Clock
 from kuitti.config import Settings
 from kuitti.db import Database
 from kuitti.ratelimit import LinkMisses, RateLimiter
+from kuitti.replicas import ReadReplica
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class Services:
     settings: Settings
     db: Database
     clock: Clock
+    replica: ReadReplica | None = None
+    """The read replica, when ``KUITTI_READ_DATABASE_URL`` names one (``kuitti/replicas.py``)."""
     link_rate_limiter: RateLimiter = field(init=False, compare=False)
     link_misses: LinkMisses = field(init=False, compare=False)
 

@@ -155,6 +155,29 @@ class PgCluster:
             assert time.monotonic() < deadline, f"no synchronous standby {name}: {state}"
             time.sleep(0.02)  # polling the primary's view of its standby, not timing a result
 
+    def reconfigure(self, line: str) -> None:
+        """Add ``line`` (``name = value``) to the configuration and reload it."""
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write(f"{line}\n")
+        self.sql("SELECT pg_reload_conf()", database="postgres")
+
+    def wait_until_applied(self, standby: PgCluster) -> None:
+        """Wait until ``standby`` has applied everything this primary has written so far."""
+        with psycopg.connect(self.url_of(self.port, database="postgres")) as connection:
+            row = connection.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        url = standby.url_of(standby.port, database="postgres")
+        with psycopg.connect(url, autocommit=True) as connection:
+            while True:
+                applied = connection.execute(
+                    "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (row[0],)
+                ).fetchone()
+                if applied == (True,):
+                    return
+                assert time.monotonic() < deadline, f"{standby.port} has not applied {row[0]}"
+                time.sleep(0.02)  # polling the standby's replay, not timing a result
+
     def promote(self) -> None:
         """End a standby's recovery: it takes writes from now on (``pg_promote`` waits)."""
         self.sql("SELECT pg_promote()", database="postgres")

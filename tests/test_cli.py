@@ -402,3 +402,43 @@ def test_help_is_never_cut_at_80_columns() -> None:
     ).stdout
     assert "[default: no-public-client]" in help_text.replace("no-\n", "no-").replace(" " * 34, "")
     assert "…" not in help_text
+
+
+@pytest.mark.parametrize(
+    ("database_url", "read_url", "message"),
+    [
+        (
+            None,
+            "postgresql://kuitti@127.0.0.1:5432/kuitti",
+            "error: invalid settings: KUITTI_READ_DATABASE_URL: needs a PostgreSQL primary "
+            "in KUITTI_DATABASE_URL, not SQLite",
+        ),
+        (
+            "sqlite:///{tmp}/kuitti.db",
+            "postgresql://kuitti@127.0.0.1:5432/kuitti",
+            "error: invalid settings: KUITTI_READ_DATABASE_URL: needs a PostgreSQL primary "
+            "in KUITTI_DATABASE_URL, not SQLite",
+        ),
+        (
+            "postgresql://kuitti@127.0.0.1:5432/kuitti",
+            "postgresql://kuitti@db2:5432,db3:5432/kuitti?target_session_attr=standby",
+            "error: invalid settings: KUITTI_READ_DATABASE_URL: not a PostgreSQL URL libpq "
+            'takes: invalid URI query parameter: "target_session_attr"',
+        ),
+    ],
+    ids=["default-sqlite", "sqlite", "misspelt-libpq-parameter"],
+)
+def test_read_replica_mistakes_are_one_line(
+    tmp_path: Path, database_url: str | None, read_url: str, message: str
+) -> None:
+    """A read replica needs a PostgreSQL primary and a URL libpq takes: one line, exit 2."""
+    env = {**os.environ, "KUITTI_VAR_DIR": str(tmp_path), "KUITTI_READ_DATABASE_URL": read_url}
+    env.pop("KUITTI_DATABASE_URL", None)
+    if database_url is not None:
+        env["KUITTI_DATABASE_URL"] = database_url.format(tmp=tmp_path)
+    result = subprocess.run(
+        [KUITTI, "db", "upgrade"], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(message), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr

@@ -126,10 +126,16 @@ def page_context(
     *,
     user: User | None,
     imported: bool,
+    owners: Session | None = None,
 ) -> dict[str, Any]:
+    """``owners``: where the user's ownership is read when ``session`` reads from a replica:
+    the primary, which has the import the page follows."""
     language = page_language(request, lang)
     chosen = language.value if lang else None
-    owned = user is not None and session.get(ReceiptDelivery, (user.id, receipt.id)) is not None
+    owned = (
+        user is not None
+        and (owners or session).get(ReceiptDelivery, (user.id, receipt.id)) is not None
+    )
     view, codes = _rendered_view(session, receipt, language)
 
     def t(key: str, **values: str) -> str:

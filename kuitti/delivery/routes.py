@@ -187,22 +187,48 @@ def _show(
     lang: str | None,
     user: User | None = None,
 ) -> Response:
-    """The page or its PDF, everything read through the request's session."""
+    """The page or its PDF, read through the request's session; with a read replica, the
+    receipt is found and rendered there, and through the request's session (the primary) only
+    when the replica does not hold it yet or is away. Whether the user holds it (the import's
+    own write) is read on the primary."""
     if (limited := _limited(request, target)) is not None:
         return limited
-    receipt = _find(request, session, target)
-    if receipt is None:
+    replica = get_services(request).replica
+    if replica is not None:
+        shown = replica.read(
+            lambda on_replica: _shown(request, on_replica, session, target, lang, user)
+        )
+        if shown is not None:
+            return shown
+    answer = _shown(request, session, session, target, lang, user)
+    if answer is None:
         return _missed(request, target, lang)
+    return answer
+
+
+def _shown(
+    request: Request,
+    documents: Session,
+    session: Session,
+    target: LinkPage,
+    lang: str | None,
+    user: User | None,
+) -> Response | None:
+    """The page or its PDF of the receipt found through ``documents``, or None."""
+    receipt = _find(request, documents, target)
+    if receipt is None:
+        return None
     if target.pdf:
-        return _pdf(session, receipt, page_language(request, lang))
+        return _pdf(documents, receipt, page_language(request, lang))
     context = page_context(
         request,
-        session,
+        documents,
         receipt,
         target,
         lang,
         user=user,
         imported=request.query_params.get("imported") == "1",
+        owners=session,
     )
     return render_page(request, "receipts/link.html", context, headers=LINK_HEADERS)
 

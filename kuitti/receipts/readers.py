@@ -26,11 +26,14 @@ from functools import cache
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
+    ARRAY,
     Boolean,
     ColumnElement,
     Integer,
     Select,
+    Uuid,
     and_,
+    any_,
     bindparam,
     exists,
     or_,
@@ -310,6 +313,60 @@ async def list_receipts_by_key(
     return await _page(db, digest, [_ListedRow(*row) for row in rows], limit)
 
 
+async def replica_rows(
+    replica: Database,
+    reader: Reader | str,
+    *,
+    since: datetime | None,
+    limit: int,
+    after: Cursor | None,
+) -> list[_ListedRow]:
+    """A list page's rows read on ``replica``, for a user-authorized ``reader`` (decided on the
+    primary) or the partner of a key digest; ``checked_page`` makes the page."""
+    params = _page_params(since, limit, after)
+    if isinstance(reader, str):
+        kind = "key"
+        params["digest"] = reader
+    else:
+        kind = "user"
+        params.update(owner=reader.user_id, sandbox=reader.sandbox)
+    query = _page_query(kind, since is not None, after is not None)
+    return [_ListedRow(*row) for row in await replica.read_rows_async(query, params)]
+
+
+async def checked_page(
+    primary: Database, reader: Reader | str, rows: list[_ListedRow], limit: int
+) -> dict[str, Any]:
+    """The page of ``rows`` read on a replica (``replica_rows``, not empty), their rights
+    checked again on ``primary`` in one statement, the key's included: a row whose right ended
+    there is left out, and a key disabled or rotated since is refused (kuitti/replicas.py)."""
+    ids = [uuid.UUID(row.id) for row in rows[:limit]]
+    params: dict[str, Any]
+    if isinstance(reader, str):
+        kind, params = "key", {"digest": reader, "ids": ids}
+    else:
+        kind, params = "user", {"owner": reader.user_id, "ids": ids}
+    found = await primary.read_rows_async(_STILL_READABLE[kind], params)
+    readable = {row[0] for row in found}
+    if not readable and isinstance(reader, str):
+        await key_reader(primary, reader)  # 401 for a key disabled or rotated since
+    return await _page(primary, reader, rows, limit, readable)
+
+
+# Which of a page's receipts (bound ``ids``, an array: PostgreSQL, where replicas are) the
+# reader may still read, on the primary: the partner of a key digest, or a user.
+_STILL_READABLE = {
+    "key": select(ReceiptGrant.receipt_id).where(
+        ReceiptGrant.receipt_id == any_(bindparam("ids", type_=ARRAY(Uuid))),
+        _readable_by_partner(_key_partner(Partner.id)),
+    ),
+    "user": select(ReceiptDelivery.receipt_id).where(
+        ReceiptDelivery.user_id == bindparam("owner"),
+        ReceiptDelivery.receipt_id == any_(bindparam("ids", type_=ARRAY(Uuid))),
+    ),
+}
+
+
 def _page_params(since: datetime | None, limit: int, after: Cursor | None) -> dict[str, Any]:
     params: dict[str, Any] = {"limit": limit + 1}  # one more: is there a next page?
     if since is not None:
@@ -320,12 +377,20 @@ def _page_params(since: datetime | None, limit: int, after: Cursor | None) -> di
 
 
 async def _page(
-    db: Database, reader: Reader | str, rows: list[_ListedRow], limit: int
+    db: Database,
+    reader: Reader | str,
+    rows: list[_ListedRow],
+    limit: int,
+    shown: set[uuid.UUID] | None = None,
 ) -> dict[str, Any]:
     """The answer from the page's rows (one more than ``limit`` if there is a next page).
     ``reader`` is the reader or a key digest, whose partner is looked up only if the page
-    shows relations (they depend on what the reader may read)."""
+    shows relations (they depend on what the reader may read). ``shown``: the rows' ids the
+    reader may still read, when the rows came from a replica; the cursor stays the last row's."""
     page = rows[:limit]
+    cursor_row = page[-1] if page else None
+    if shown is not None:
+        page = [row for row in page if uuid.UUID(row.id) in shown]
     relations = await _readable_relations(db, reader, page)
     items = [
         {
@@ -339,12 +404,12 @@ async def _page(
         for row in page
     ]
     next_cursor = None
-    if len(rows) > limit:
+    if len(rows) > limit and cursor_row is not None:
         # The cursor is the last row's own sort key, which the page already holds: its
         # receipt_time is the instant its receiptTimeStamp names, parsed the same way when it was
         # stored. Selecting the column instead would convert 51 datetimes a page to use one, a
         # fifth of the page's CPU.
-        last = page[-1]
+        last = cursor_row
         next_cursor = encode_cursor(datetime.fromisoformat(last.receipt_timestamp), last.id)
     return {"receipts": items, "next_cursor": next_cursor}
 

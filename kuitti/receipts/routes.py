@@ -3,24 +3,35 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, Field, ValidationError
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
 from kuitti.db import Database
 from kuitti.deps import get_services
-from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, NotFound, Unauthorized
+from kuitti.errors import (
+    DatabaseUnavailable,
+    ErrorDetail,
+    InvalidRequest,
+    KuittiError,
+    NotFound,
+    Unauthorized,
+)
 from kuitti.i18n import as_language, negotiate_locale
 from kuitti.inputs import query_moment
+from kuitti.metrics import REPLICA_READS
 from kuitti.models import Partner, Receipt
 from kuitti.oauth.bearer import reading_connection
 from kuitti.partners.keys import READERS, Credentials
@@ -32,13 +43,14 @@ from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.formats.rendering import FORMATS, cached, etag, render
 from kuitti.receipts.readers import ReadableReceipt, Reader
 from kuitti.receipts.relations import relations
+from kuitti.replicas import LIST_MAX_LAG_SECONDS, ReadReplica, recovery_conflict
 from kuitti.responses import ORJSONResponse, error_response
 from kuitti.services import Services
 
 router = APIRouter(prefix="/api/v1/receipts", tags=["receipts"])
 
 
-def _bearer_reader(services: Services, credentials: Credentials) -> Reader:
+def _bearer_reader(services: Services, db: Database, credentials: Credentials) -> Reader:
     """A partner app reading on behalf of one of its users (``SERVICE_APIKEY`` +
     ``Authorization: Bearer``)."""
     if not credentials.app_key:
@@ -46,33 +58,48 @@ def _bearer_reader(services: Services, credentials: Credentials) -> Reader:
     token = credentials.bearer
     assert token is not None
     now = services.clock.now()
-    with services.db.session(write=False) as session:
+    with db.session(write=False) as session:
         app, connection = reading_connection(
             session, services.settings, credentials.app_key, token, now=now
         )
         return Reader(partner_id=app.id, user_id=connection.user_id, sandbox=app.sandbox)
 
 
-async def _reader(services: Services, credentials: Credentials) -> Reader:
+async def _reader(services: Services, credentials: Credentials, db: Database) -> Reader:
     """Who reads: a partner by its key, or a partner app on behalf of a user; 401 otherwise.
     Checked on every request, never remembered: a rotated key or a disabled partner is refused
     at once."""
     if credentials.bearer is not None:
         # The token's check reads through a session.
-        return await services.db.run_read(_bearer_reader, services, credentials)
-    return await readers.key_reader(services.db, READERS.key_digest(credentials))
+        return await db.run_read(_bearer_reader, services, db, credentials)
+    return await readers.key_reader(db, READERS.key_digest(credentials))
+
+
+async def _decided(
+    services: Services, decide: Callable[[Database], Awaitable[T]]
+) -> tuple[T, Database]:
+    """``decide`` (a read that decides who reads what) on the primary, and where it ran: with a
+    read replica, on it while the primary is away and it may (``kuitti/replicas.py``)."""
+    if services.replica is None:
+        return await decide(services.db), services.db
+    return await services.replica.decided(services.db, decide)
+
+
+async def _checked_reader(services: Services, credentials: Credentials) -> Reader:
+    reader, _db = await _decided(services, partial(_reader, services, credentials))
+    return reader
 
 
 async def _readable(
-    services: Services, credentials: Credentials, receipt_id: uuid.UUID
+    services: Services, credentials: Credentials, receipt_id: uuid.UUID, db: Database
 ) -> ReadableReceipt:
     """The receipt, if the caller may read it (401, then 404 as ``readers.readable_receipt``)."""
     if credentials.bearer is not None:
-        reader = await _reader(services, credentials)
-        return await readers.readable_receipt(services.db, reader, receipt_id)
+        reader = await _reader(services, credentials, db)
+        return await readers.readable_receipt(db, reader, receipt_id)
     # A partner key: its check and the read in one statement.
     digest = READERS.key_digest(credentials)
-    return await readers.readable_receipt_by_key(services.db, digest, receipt_id)
+    return await readers.readable_receipt_by_key(db, digest, receipt_id)
 
 
 RECEIPT_BODY_SCHEMA = {
@@ -193,6 +220,7 @@ class _ReadHeaders(BaseModel):
 
 
 Model = TypeVar("Model", bound=BaseModel)
+T = TypeVar("T")
 
 
 def _checked(
@@ -253,20 +281,72 @@ async def list_receipts(request: Request) -> Response:
     try:
         asked = _list_request(request.query_params)
     except (KuittiError, RequestValidationError):
-        await _reader(services, credentials)  # the caller first: 401 before 400
+        await _checked_reader(services, credentials)  # the caller first: 401 before 400
         raise
-    if credentials.bearer is not None:
-        reader = await _reader(services, credentials)
-        page = await readers.list_receipts(
-            services.db, reader, since=asked.since, limit=asked.limit, after=asked.after
-        )
-    else:
-        digest = READERS.key_digest(credentials)
-        page = await readers.list_receipts_by_key(
-            services.db, digest, since=asked.since, limit=asked.limit, after=asked.after
-        )
+    page = None
+    if services.replica is not None:
+        page = await _page_from_replica(services, services.replica, credentials, asked)
+    if page is None:
+        page, _db = await _decided(services, partial(_list_page, services, credentials, asked))
     # Serialised straight from the page (the same bytes as through the declared ReceiptList).
     return ORJSONResponse(page)
+
+
+async def _list_page(
+    services: Services, credentials: Credentials, asked: _ListRequest, db: Database
+) -> dict[str, Any]:
+    """The list page read on ``db`` alone, the rights decided there too."""
+    if credentials.bearer is not None:
+        reader = await _reader(services, credentials, db)
+        return await readers.list_receipts(
+            db, reader, since=asked.since, limit=asked.limit, after=asked.after
+        )
+    digest = READERS.key_digest(credentials)
+    return await readers.list_receipts_by_key(
+        db, digest, since=asked.since, limit=asked.limit, after=asked.after
+    )
+
+
+async def _page_from_replica(
+    services: Services, replica: ReadReplica, credentials: Credentials, asked: _ListRequest
+) -> dict[str, Any] | None:
+    """The list page from the read replica, its rights checked on the primary; None when the
+    primary reads it instead: the replica lags beyond the bound or is away, its page is empty,
+    or the primary is away (then the replica decides too, if it may: ``_list_page``)."""
+    if replica.primary_away:
+        return None
+    if await replica.lag() > LIST_MAX_LAG_SECONDS:
+        REPLICA_READS.labels("lagging" if replica.available else "away").inc()
+        return None
+    reader: Reader | str = READERS.key_digest(credentials)
+    if credentials.bearer is not None:
+        try:
+            reader = await _reader(services, credentials, services.db)
+        except DatabaseUnavailable:
+            replica.primary_went_away()  # the replica decides while it is away (_list_page)
+            return None
+    try:
+        rows = await readers.replica_rows(
+            replica.db, reader, since=asked.since, limit=asked.limit, after=asked.after
+        )
+    except DatabaseUnavailable:
+        replica.went_away()
+        REPLICA_READS.labels("away").inc()
+        return None
+    except DBAPIError as error:
+        if not recovery_conflict(error):
+            raise
+        rows = []  # cancelled by the standby's replay: the primary reads the page
+    if not rows:
+        REPLICA_READS.labels("miss").inc()
+        return None
+    try:
+        page = await readers.checked_page(services.db, reader, rows, asked.limit)
+    except DatabaseUnavailable:
+        replica.primary_went_away()  # the replica decides while it is away (_list_page)
+        return None
+    REPLICA_READS.labels("replica").inc()
+    return page
 
 
 @dataclass(frozen=True)
@@ -316,7 +396,7 @@ async def get_receipt(request: Request, receipt_id: str, data_format: str) -> Re
     )
     if isinstance(answer, _Unrendered):
         # Not rendered in this process yet: a PDF renders for milliseconds, in a thread.
-        return await run_in_threadpool(_rendered_answer, services.db, answer)
+        return await run_in_threadpool(_rendered_answer, services, answer)
     return answer
 
 
@@ -362,6 +442,9 @@ class _Unrendered:
 
     found: ReadableReceipt
     asked: _ReadRequest
+    tag: str
+    decided_on: Database
+    """Where the rights were decided: the primary, or the replica while the primary is away."""
 
 
 async def _receipt_answer(
@@ -375,37 +458,53 @@ async def _receipt_answer(
     try:
         asked = _read_request(headers, query, receipt_id, data_format)
     except (KuittiError, RequestValidationError):
-        await _reader(services, credentials)  # the caller first: 401 before 400 or 404
+        await _checked_reader(services, credentials)  # the caller first: 401 before 400 or 404
         raise
-    found = await _readable(services, credentials, asked.receipt_id)
+    found, decided_on = await _decided(
+        services, partial(_readable, services, credentials, asked.receipt_id)
+    )
     tag = etag(found, found.poster, asked.fmt, layout=asked.layout, locale=asked.locale)
     if asked.if_none_match and _etag_matches(asked.if_none_match, tag):
         return Response(status_code=304, headers=_answer_headers(tag))
     rendered = cached(tag)
     if rendered is None:
-        return _Unrendered(found, asked)
+        return _Unrendered(found, asked, tag, decided_on)
     return _answer(tag, rendered)
 
 
-def _rendered_answer(db: Database, unrendered: _Unrendered) -> Response:
+def _rendered_answer(services: Services, unrendered: _Unrendered) -> Response:
     """The answer of a read whose rendering this process does not have yet: rendered from the
-    stored receipt, its ETag taken again from the rows it renders."""
+    stored receipt, its ETag taken again from the rows it renders. With a read replica, from
+    the replica when it holds the version the primary decided on (the same ETag); else, a read
+    right after its post or its return included, from where the rights were decided."""
+    replica = services.replica
+    if replica is not None and unrendered.decided_on is services.db:
+        answer = replica.read(partial(_rendered_from, unrendered=unrendered, expected=True))
+        if answer is not None:
+            return answer
+    with unrendered.decided_on.session(write=False) as session:
+        answer = _rendered_from(session, unrendered, expected=False)
+    if answer is None:
+        raise NotFound()
+    return answer
+
+
+def _rendered_from(session: Session, unrendered: _Unrendered, *, expected: bool) -> Response | None:
+    """The answer rendered from the rows ``session`` reads; None if the receipt is not there,
+    or, when the ``expected`` version is wanted, is there in another version."""
     found, asked = unrendered.found, unrendered.asked
     fmt, layout, locale = asked.fmt, asked.layout, asked.locale
-    with db.session(write=False) as session:
-        receipt = session.get(Receipt, found.id)
-        poster = session.get(Partner, found.poster.id)
-        if receipt is None or poster is None:
-            raise NotFound()
-        rendered = render(
-            receipt,
-            poster,
-            fmt,
-            layout=layout,
-            locale=locale,
-            relations=relations(session, receipt),
-        )
-        return _answer(etag(receipt, poster, fmt, layout=layout, locale=locale), rendered)
+    receipt = session.get(Receipt, found.id)
+    poster = session.get(Partner, found.poster.id)
+    if receipt is None or poster is None:
+        return None
+    tag = etag(receipt, poster, fmt, layout=layout, locale=locale)
+    if expected and tag != unrendered.tag:
+        return None
+    rendered = render(
+        receipt, poster, fmt, layout=layout, locale=locale, relations=relations(session, receipt)
+    )
+    return _answer(tag, rendered)
 
 
 def _answer(tag: str, rendered: Rendered) -> Response:
