@@ -47,6 +47,11 @@ class ArchiveError(Exception):
     """The file is not a whole, readable archive of this format."""
 
 
+# What reading a damaged member raises: the tar cut short, zstd's frames, a line that is not
+# JSON (orjson's error is a ValueError), a value of the wrong type for its column.
+_UNREADABLE = (tarfile.TarError, OSError, EOFError, zstandard.ZstdError, ValueError, TypeError)
+
+
 Row = dict[str, Any]
 
 
@@ -162,7 +167,10 @@ class ArchiveReader:
             raise ArchiveError(f"not a readable tar file: {exc}") from exc
         try:
             self.manifest = self._manifest()
-        except ArchiveError:
+        except _UNREADABLE as exc:
+            self.tar.close()
+            raise ArchiveError(f"cut short or damaged: {exc}") from exc
+        except BaseException:
             self.tar.close()
             raise
 
@@ -248,7 +256,7 @@ class ArchiveReader:
                 count += 1
             while hashing.read(CHUNK):  # the tail after the last frame, if any: hashed too
                 pass
-        except (zstandard.ZstdError, orjson.JSONDecodeError, ValueError, TypeError) as exc:
+        except _UNREADABLE as exc:
             raise ArchiveError(f"{name}: unreadable at row {count + 1}: {exc}") from exc
         if count != entry.get("rows"):
             raise ArchiveError(f"{name}: {count} rows, the manifest says {entry.get('rows')}")

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from kuitti.archive.tables import PARTS
 from kuitti.clock import FrozenClock
@@ -27,7 +28,7 @@ from kuitti.models import Receipt
 from kuitti.receipts.sandbox import delete_receipts
 from kuitti.services import Services
 from tests.cards.support import AUTH_CODE, World, make_world
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, empty_tables
 from tests.delivery.support import Connected, connect, make_app, make_merchant
 from tests.delivery.test_claims import import_as, post_link
 from tests.delivery.test_links import login
@@ -194,3 +195,47 @@ def test_export_refuses_a_month_it_cannot_read_and_a_file_that_exists(
     taken = run(services, "archive", "export", "--month", "2026-01", "--output", str(existing))
     assert taken.exit_code == 2
     assert existing.read_bytes() == b""
+
+
+def test_a_database_without_the_months_partners_refuses_the_restore(
+    services: Services, month: Month, tmp_path: Path
+) -> None:
+    archive = tmp_path / "january.tar"
+    run_json(services, "archive", "export", "--month", "2026-01", "--output", str(archive))
+    empty_tables(services.db)  # another database: none of the partners, users or cards
+    refused = run(services, "archive", "restore", str(archive), "--json")
+    assert refused.exit_code == 1, refused.output
+    problems = orjson.loads(refused.stdout)["problems"]
+    assert any(p.startswith("receipts.partner_id: 2 of the partners it names") for p in problems)
+    assert any(p.startswith("receipt_grants.connection_id: 1 of the connections") for p in problems)
+    with services.db.session(write=False) as session:
+        assert session.scalar(select(func.count()).select_from(Receipt)) == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", "not a readable tar file"),
+        (b"receipts" * 100, "not a readable tar file"),
+    ],
+)
+def test_what_is_not_an_archive_is_named_so(
+    services: Services, tmp_path: Path, content: bytes, problem: str
+) -> None:
+    path = tmp_path / "not.tar"
+    path.write_bytes(content)
+    result = run(services, "archive", "verify", str(path), "--json")
+    assert result.exit_code == 1
+    assert problem in orjson.loads(result.stdout)["problem"]
+
+
+def test_a_cut_short_archive_is_not_whole(services: Services, month: Month, tmp_path: Path) -> None:
+    archive = tmp_path / "january.tar"
+    run_json(services, "archive", "export", "--month", "2026-01", "--output", str(archive))
+    with tarfile.open(archive) as tar:
+        member = tar.getmember("receipts.jsonl.zst")
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(archive.read_bytes()[: member.offset_data + member.size // 2])
+    result = run(services, "archive", "verify", str(cut), "--json")
+    assert result.exit_code == 1
+    assert orjson.loads(result.stdout)["ok"] is False
