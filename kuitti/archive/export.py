@@ -73,19 +73,19 @@ def export_month(db: Database, month: Month, path: Path, *, now: datetime) -> di
                 ids = [row[0] for row in receipts]
                 for part in PARTS[1:]:
                     writer.write(part.name, _rows_of(connection, part, ids))
+        return writer.finish(
+            {
+                "month": str(month),
+                "month_of": "receipt_time, in UTC",
+                "from": month.start.isoformat(),
+                "until": month.end.isoformat(),
+                "created_at": now.isoformat(),
+                "kuitti_version": kuitti.__version__,
+                "schema_revision": revision,
+                "source_database": db.dialect,
+                "not_included": list(NOT_INCLUDED),
+            }
+        )
     except BaseException:
         writer.abandon()
         raise
-    return writer.finish(
-        {
-            "month": str(month),
-            "month_of": "receipt_time, in UTC",
-            "from": month.start.isoformat(),
-            "until": month.end.isoformat(),
-            "created_at": now.isoformat(),
-            "kuitti_version": kuitti.__version__,
-            "schema_revision": revision,
-            "source_database": db.dialect,
-            "not_included": list(NOT_INCLUDED),
-        }
-    )

@@ -111,7 +111,7 @@ class ArchiveWriter:
             }
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, **header, "tables": tables}
         text = orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n"
-        partial = self.path.with_name(f".{self.path.name}.partial")
+        partial = self._partial
         with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
             info = tarfile.TarInfo(MANIFEST)
             info.size, info.mtime, info.mode = len(text), int(time.time()), 0o644
@@ -122,9 +122,16 @@ class ArchiveWriter:
         self._dir.cleanup()
         return manifest
 
+    @property
+    def _partial(self) -> Path:
+        """Where the tar is written before it is moved to ``path``."""
+        return self.path.with_name(f".{self.path.name}.partial")
+
     def abandon(self) -> None:
+        """Remove every file written so far (the export failed)."""
         for member in self._members.values():
             member.file.close()
+        self._partial.unlink(missing_ok=True)
         self._dir.cleanup()
 
 
