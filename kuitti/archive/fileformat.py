@@ -107,7 +107,7 @@ class ArchiveWriter:
                 "bytes": member.size,
                 "sha256": member.digest.hexdigest(),
                 "compressed_bytes": member.path.stat().st_size,
-                "compressed_sha256": _file_sha256(member.path),
+                "compressed_sha256": file_sha256(member.path),
             }
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, **header, "tables": tables}
         text = orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n"
@@ -135,17 +135,14 @@ class ArchiveWriter:
         self._dir.cleanup()
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file (a member while it is written, or a whole archive, which an
+    operator may record beside it)."""
     digest = hashlib.sha256()
     with path.open("rb") as file:
         while chunk := file.read(CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of a whole archive file, which an operator may record beside it."""
-    return _file_sha256(path)
 
 
 # -- reading -------------------------------------------------------------------------------------

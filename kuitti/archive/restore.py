@@ -69,7 +69,8 @@ def _batches(groups: Iterable[Group], size: int) -> Iterator[list[Group]]:
 def _rows(groups: list[Group], name: str) -> list[Row]:
     if name == RECEIPTS.name:
         return [group.receipt for group in groups]
-    return [row for group in groups for row in group.rows[name]]
+    # An optional table (signatures) that an older archive lacks has no rows.
+    return [row for group in groups for row in group.rows.get(name, [])]
 
 
 def _present(session: Session, values: set[Any], *columns: Any) -> set[Any]:
@@ -103,7 +104,7 @@ def _check(session: Session, groups: list[Group]) -> _Plan:
                     f"{part.name}.{name}: {len(absent)} of the {target.table.name} it names "
                     f"are not in the database (one: {min(absent, key=str)})"
                 )
-    links = {(r["namespace"], r["identifier"]) for r in _rows(plan.new, "receipt_links")}
+    links = {(r["namespace"], r["identifier"]) for r in _rows(plan.new, ReceiptLink.__tablename__)}
     taken = _present(session, links, ReceiptLink.namespace, ReceiptLink.identifier)
     if taken:
         plan.problems.append(
