@@ -60,6 +60,11 @@ COMMANDS = {
         "receipts_app",
         "Receipts: validate files offline, explain card-linking.",
     ),
+    "archive": Command(
+        "kuitti.archive.cli",
+        "archive_app",
+        "Archives of a month of receipts: export, verify, restore.",
+    ),
 }
 
 

@@ -125,6 +125,7 @@ def test_no_function_local_imports() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("entry",),
     ("http",),
+    ("archive",),
     ("posting",),
     ("cards",),
     ("users",),

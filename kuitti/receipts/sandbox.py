@@ -22,6 +22,7 @@ from kuitti.models import (
     CardPurchase,
     MailMessage,
     Receipt,
+    ReceiptClaim,
     ReceiptDelivery,
     ReceiptGrant,
     ReceiptLink,
@@ -53,9 +54,16 @@ def purge_batch(
     """Delete up to ``limit`` sandbox receipts created before the retention window; how many."""
     cutoff = now - timedelta(days=retention_days)
     ids = list(session.scalars(expired_sandbox_receipts(cutoff, limit)))
+    delete_receipts(session, ids)
+    return len(ids)
+
+
+def delete_receipts(session: Session, ids: list[uuid.UUID]) -> None:
+    """Delete these receipts with everything that hangs on them (the module's docstring says
+    what): the one deletion of whole receipts, which a test of archives uses as well."""
     if not ids:
-        return 0
-    # A (sandbox) return names its original: the link goes with whichever is deleted first.
+        return
+    # A return names its original: the link goes with whichever is deleted first.
     session.execute(
         update(Receipt).where(Receipt.original_receipt_id.in_(ids)).values(original_receipt_id=None)
     )
@@ -67,13 +75,13 @@ def purge_batch(
         (CardMatch, CardMatch.receipt_id),
         (CardPaymentRecord, CardPaymentRecord.receipt_id),
         (ReceiptLink, ReceiptLink.receipt_id),
+        (ReceiptClaim, ReceiptClaim.receipt_id),
         (ReceiptGrant, ReceiptGrant.receipt_id),
         (ReceiptDelivery, ReceiptDelivery.receipt_id),
         (MailMessage, MailMessage.receipt_id),
         (Receipt, Receipt.id),
     ):
         session.execute(delete(table).where(column.in_(ids)))
-    return len(ids)
 
 
 def purge_sandbox_receipts(services: Services) -> int:
