@@ -52,7 +52,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +66,8 @@ from kuitti.clock import SystemClock  # noqa: E402
 from kuitti.db import Database  # noqa: E402
 from kuitti.services import Services  # noqa: E402
 from tests.conftest import free_port, make_settings  # noqa: E402
-from tests.factories import auth, receipt_doc  # noqa: E402
 from tests.pgcluster import PG_BIN, pg_cluster, pg_standby  # noqa: E402
+from tests.test_database_away import Posts  # noqa: E402
 from tests.webhooks.receivers import Receiver  # noqa: E402
 from tests.webhooks.support import queue, webhook_partner  # noqa: E402
 
@@ -387,43 +386,6 @@ class AutoFailover(Managed):
         name = "node1" if port == self.ports[0] else "node2"
         pids = tree(postmaster_of(self.directory / name))
         sigkill([*(tree(self.keepers[port].pid) if node else []), *pids])
-
-
-@dataclass
-class Answer:
-    status: int  # 0: no answer (the connection failed)
-    sent: float
-    at: float
-    receipt_id: str | None = None
-
-
-@dataclass
-class Posts:
-    """Receipt posts sent back to back by ``clients`` threads until ``stop``."""
-
-    url: str
-    api_key: str
-    answers: list[Answer] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        with httpx.Client(base_url=self.url, headers=auth(self.api_key), timeout=120) as client:
-            while not self.stop.is_set():
-                sent = time.monotonic()
-                try:
-                    response = client.post("/api/v1/receipts/", json=receipt_doc())
-                except httpx.TransportError:
-                    self.answers.append(Answer(0, sent, time.monotonic()))
-                    continue
-                receipt_id = (
-                    response.json().get("receipt_id") if response.status_code == 200 else None
-                )
-                self.answers.append(
-                    Answer(response.status_code, sent, time.monotonic(), receipt_id)
-                )
-
-    def count(self, status: int, since: float = 0.0) -> int:
-        return sum(1 for a in list(self.answers) if a.status == status and a.at >= since)
 
 
 class Kuitti:
