@@ -22,19 +22,20 @@ killed with SIGKILL. Prints what the clients saw.
 manager restarts it where it was, if it can); ``--kill node`` also SIGKILLs the manager's agent
 on that node (a lost machine: only a failover to the standby brings writes back).
 
-Everything runs as the ``postgres`` user (when this is root) in a temporary directory that is
-removed at the end, on free ports; the configuration written there is printed with
-``--keep`` (the directory is then left). The managers' Debian packages are needed:
+The database side runs as the ``postgres`` user (when this is root), kuitti as this user, each
+in a temporary directory, on free ports; everything is stopped and removed at the end.
+``--keep`` leaves the directories (the managers' configuration, every process's log) and prints
+their paths. The managers' Debian packages are needed:
 
     apt-get install -y patroni etcd-server postgresql-15-auto-failover
 
 Printed, as one JSON object: posts acknowledged (before and after the kill), answered 503,
 answered another 5xx (must be 0), failed without an answer, the acknowledged receipts missing on
 the primary afterwards (must be 0: the standby is synchronous), the outage the clients saw (first
-failed post after the kill to the first 200 after it), seconds from the kill to a writable
-primary (the multi-host URL connects) and to kuitti's first 200, the longest a post waited, and
-the worker: a webhook queued after the failover and how long it took to arrive, and whether the
-worker's ``LISTEN`` is on the new primary.
+failed post after the kill to the first 200 to a post sent after it), seconds from the kill to
+a writable primary (a commit through the multi-host URL returns) and to kuitti's first 200, the
+longest a post waited, and the worker: a webhook queued after the failover and how long it took
+to arrive, and whether the worker's ``LISTEN`` is on the new primary.
 """
 
 from __future__ import annotations
@@ -584,7 +585,9 @@ def measure(topology: Topology, args: argparse.Namespace) -> dict[str, Any]:
         posts.stop.set()
         kuitti.stop()
         db.dispose()
-        if not args.keep:
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
             shutil.rmtree(work, ignore_errors=True)
 
 
