@@ -40,16 +40,18 @@ OUTAGE_TIMEOUT_SECONDS = 60.0
 
 @dataclass
 class Answer:
-    status: int
+    status: int  # 0: no answer at all (the connection to kuitti failed)
     at: float
     receipt_id: str | None = None
     error: str | None = None
     retry_after: str | None = None
+    sent: float = 0.0
 
 
 @dataclass
 class Posts:
-    """Receipt posts sent back to back by a few threads until ``stop``, every answer kept."""
+    """Receipt posts sent back to back by a few threads until ``stop``, every answer kept
+    (``bench/failover.py`` sends its load with it too)."""
 
     url: str
     api_key: str
@@ -59,8 +61,14 @@ class Posts:
     def run(self) -> None:
         with httpx.Client(base_url=self.url, headers=auth(self.api_key), timeout=60) as client:
             while not self.stop.is_set():
-                response = client.post("/api/v1/receipts/", json=receipt_doc())
-                body = response.json()
+                sent = time.monotonic()
+                try:
+                    response = client.post("/api/v1/receipts/", json=receipt_doc())
+                except httpx.TransportError:
+                    self.answers.append(Answer(0, time.monotonic(), sent=sent))
+                    continue
+                is_json = response.headers.get("content-type", "").startswith("application/json")
+                body = response.json() if is_json else {}
                 self.answers.append(
                     Answer(
                         response.status_code,
@@ -68,6 +76,7 @@ class Posts:
                         body.get("receipt_id"),
                         body.get("error"),
                         response.headers.get("retry-after"),
+                        sent,
                     )
                 )
 
