@@ -14,7 +14,8 @@ DOCUMENT: dict[str, Any] = {
             "200": {"description": "A PDF", "content": {"application/pdf": {}}},
             "4XX": {"$ref": "#/components/responses/Error"}}}},
         "/ns/{namespace}/r/{receipt_path}": {"get": {"operationId": "ns", "responses": {
-            "304": {"description": "Not modified"}, "default": {"description": "Any", "content": {"text/*": {}}}}}},
+            "304": {"description": "Not modified"},
+            "default": {"description": "Any", "content": {"text/*": {}}}}}},
     },
     "components": {"responses": {"Error": {
         "description": "An error", "content": {"application/json": {}}}}},

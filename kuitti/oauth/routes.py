@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Header, Request
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from starlette.datastructures import FormData
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 
 from kuitti.deps import RawBody, ReadSession, ServicesDep, WriteSession
 from kuitti.errors import InvalidRequest, NotFound, Unauthorized
@@ -93,7 +93,26 @@ def _query_lists(request: Request) -> dict[str, list[str]]:
     return params
 
 
-@router.get("/auth", include_in_schema=True, tags=["oauth"], summary="OAuth consent page")
+_HTML = {"text/html": {"schema": {"type": "string"}}}
+
+
+@router.get(
+    "/auth",
+    include_in_schema=True,
+    tags=["oauth"],
+    summary="OAuth consent page",
+    response_class=HTMLResponse,
+    responses={
+        200: {"description": "The login page, then the consent page.", "content": _HTML},
+        303: {
+            "description": "Back to the app's redirect_uri with an OAuth error (RFC 6749 §4.1.2.1)."
+        },
+        400: {
+            "description": "Unknown client or redirect_uri: an error page, never a redirect.",
+            "content": _HTML,
+        },
+    },
+)
 def authorize_page(request: Request, session: ReadSession, user: CurrentUser) -> Response:
     """The consent page: checks the request, asks the user to log in or sign up, then to consent."""
     try:
@@ -384,7 +403,19 @@ def _membership_form(
     )
 
 
-@router.get("/membership", include_in_schema=True, tags=["oauth"], summary="Manage a connection")
+@router.get(
+    "/membership",
+    include_in_schema=True,
+    tags=["oauth"],
+    summary="Manage a connection",
+    response_class=HTMLResponse,
+    responses={
+        200: {"description": "The connection's page for its owner.", "content": _HTML},
+        303: {"description": "Logged out: to the login page, which returns here."},
+        400: {"description": "The redirect_uri is not the app's (an HTML page).", "content": _HTML},
+        404: {"description": "No such connection of this user (an HTML page).", "content": _HTML},
+    },
+)
 def membership_page(
     request: Request,
     session: ReadSession,
