@@ -282,6 +282,11 @@ def _shape_operation(method: str, path: str, operation: dict[str, Any]) -> None:
         ]
         if security != [{"ClientBasic": []}, {}]:
             responses.setdefault("401", {"description": "Missing or wrong key or token."})
+        if _APP_FOR_USER in security:
+            responses.setdefault(
+                "403",
+                {"description": "The user's token lacks the scope (`insufficient_scope`)."},
+            )
     if path.startswith("/api/"):
         responses.setdefault("400", {"description": "Invalid input; the text names the field."})
     if (method, path) == ("post", "/api/oauth/token"):
@@ -292,8 +297,15 @@ def _shape_operation(method: str, path: str, operation: dict[str, Any]) -> None:
                 "application/json": {"schema": TOKEN_REQUEST_SCHEMA},
             },
         }
+    # A request the server cannot read (a malformed path, query or cookie) gets 400 in the
+    # error shape on any path; a page's own 4xx are HTML pages, those of its edge the shape.
+    responses.setdefault("400", {"description": "A malformed request; the text says what."})
     for status, response in responses.items():
-        if status.startswith("4") and path.startswith("/api/") and "$ref" not in response:
+        if not status.startswith("4") or "$ref" in response:
+            continue
+        if path.startswith("/api/"):
             response["content"] = _ERROR_CONTENT
+        else:
+            response["content"] = {**response.get("content", {}), **_ERROR_CONTENT}
     for name, status in _EDGE_REFERENCED:
         responses.setdefault(str(status), {"$ref": f"#/components/responses/{name}"})

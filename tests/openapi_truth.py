@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,18 @@ def record(request: httpx.Request, response: httpx.Response) -> None:
     SEEN.add(Seen(request.method, request.url.path, response.status_code, media_type))
 
 
+AsyncSend = Callable[[Any, httpx.Request], Coroutine[Any, Any, httpx.Response]]
+
+
+def _recording(send: AsyncSend) -> AsyncSend:
+    async def handle_async_request(self: Any, request: httpx.Request) -> httpx.Response:
+        response = await send(self, request)
+        record(request, response)
+        return response
+
+    return handle_async_request
+
+
 def _install() -> None:
     """Wrap httpx's transports: the real request runs, its answer is recorded."""
     sync_send = httpx.HTTPTransport.handle_request
@@ -55,27 +67,10 @@ def _install() -> None:
         record(request, response)
         return response
 
-    async_send = httpx.AsyncHTTPTransport.handle_async_request
-
-    async def handle_async_request(
-        self: httpx.AsyncHTTPTransport, request: httpx.Request
-    ) -> httpx.Response:
-        response = await async_send(self, request)
-        record(request, response)
-        return response
-
-    asgi_send = httpx.ASGITransport.handle_async_request
-
-    async def handle_asgi_request(
-        self: httpx.ASGITransport, request: httpx.Request
-    ) -> httpx.Response:
-        response = await asgi_send(self, request)
-        record(request, response)
-        return response
-
     httpx.HTTPTransport.handle_request = handle_request  # type: ignore[method-assign]
-    httpx.AsyncHTTPTransport.handle_async_request = handle_async_request  # type: ignore[method-assign]
-    httpx.ASGITransport.handle_async_request = handle_asgi_request  # type: ignore[method-assign]
+    transports: tuple[type[Any], ...] = (httpx.AsyncHTTPTransport, httpx.ASGITransport)
+    for transport in transports:
+        transport.handle_async_request = _recording(transport.handle_async_request)
 
 
 def _template_pattern(template: str, *, slashes: bool) -> re.Pattern[str]:
@@ -177,3 +172,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.section("answers /openapi.json does not declare", sep="=", red=True)
     for line in FOUND:
         terminalreporter.write_line(line)
+    terminalreporter.write_line(
+        "The session fails: declare each on its route (responses=) or in kuitti/openapi.py."
+    )

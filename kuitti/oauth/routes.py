@@ -93,7 +93,8 @@ def _query_lists(request: Request) -> dict[str, list[str]]:
     return params
 
 
-_HTML = {"text/html": {"schema": {"type": "string"}}}
+def _page(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"text/html": {"schema": {"type": "string"}}}}
 
 
 @router.get(
@@ -103,14 +104,11 @@ _HTML = {"text/html": {"schema": {"type": "string"}}}
     summary="OAuth consent page",
     response_class=HTMLResponse,
     responses={
-        200: {"description": "The login page, then the consent page.", "content": _HTML},
+        200: _page("The login page, then the consent page."),
         303: {
             "description": "Back to the app's redirect_uri with an OAuth error (RFC 6749 §4.1.2.1)."
         },
-        400: {
-            "description": "Unknown client or redirect_uri: an error page, never a redirect.",
-            "content": _HTML,
-        },
+        400: _page("Unknown client or redirect_uri: an error page, never a redirect."),
     },
 )
 def authorize_page(request: Request, session: ReadSession, user: CurrentUser) -> Response:
@@ -329,7 +327,6 @@ def metadata(services: ServicesDep) -> dict[str, Any]:
             "none",
         ],
         "code_challenge_methods_supported": ["S256"],
-        "token_endpoint_auth_signing_alg_values_supported": [keys.ALGORITHM],
         "service_documentation": f"{settings.base_url}/docs",
     }
 
@@ -410,10 +407,10 @@ def _membership_form(
     summary="Manage a connection",
     response_class=HTMLResponse,
     responses={
-        200: {"description": "The connection's page for its owner.", "content": _HTML},
+        200: _page("The connection's page for its owner."),
         303: {"description": "Logged out: to the login page, which returns here."},
-        400: {"description": "The redirect_uri is not the app's (an HTML page).", "content": _HTML},
-        404: {"description": "No such connection of this user (an HTML page).", "content": _HTML},
+        400: _page("The redirect_uri is not the app's (an HTML page)."),
+        404: _page("No such connection of this user (an HTML page)."),
     },
 )
 def membership_page(
