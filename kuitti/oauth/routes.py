@@ -97,12 +97,14 @@ def _page(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"text/html": {"schema": {"type": "string"}}}}
 
 
+# What the documented pages (/auth, /membership) share.
+_PAGE_ROUTE: dict[str, Any] = {"tags": ["oauth"], "response_class": HTMLResponse}
+
+
 @router.get(
     "/auth",
-    include_in_schema=True,
-    tags=["oauth"],
     summary="OAuth consent page",
-    response_class=HTMLResponse,
+    **_PAGE_ROUTE,
     responses={
         200: _page("The login page, then the consent page."),
         303: {
@@ -402,10 +404,8 @@ def _membership_form(
 
 @router.get(
     "/membership",
-    include_in_schema=True,
-    tags=["oauth"],
     summary="Manage a connection",
-    response_class=HTMLResponse,
+    **_PAGE_ROUTE,
     responses={
         200: _page("The connection's page for its owner."),
         303: {"description": "Logged out: to the login page, which returns here."},
