@@ -180,6 +180,13 @@ def _worker_place(run_worker_in_process: bool, processes: int) -> str:
     return "not in the server processes"
 
 
+READINESS_SCHEMA = {
+    "type": "object",
+    "properties": {"status": {"type": "string"}, "reason": {"type": "string"}},
+    "required": ["status"],
+}
+
+
 def _add_operations_routes(app: FastAPI, services: Services) -> None:
     @app.get("/", include_in_schema=False)
     def home(request: Request) -> Response:
@@ -194,6 +201,16 @@ def _add_operations_routes(app: FastAPI, services: Services) -> None:
         "/readyz",
         tags=["operations"],
         summary="The database answers, takes writes and is migrated",
+        responses={
+            200: {
+                "description": "Ready (`status`: `ready`).",
+                "content": {"application/json": {"schema": READINESS_SCHEMA}},
+            },
+            503: {
+                "description": "Not ready: the reason says why (`status`: `unavailable`).",
+                "content": {"application/json": {"schema": READINESS_SCHEMA}},
+            },
+        },
     )
     def readyz() -> ORJSONResponse:
         # The primary alone decides readiness: a replica away only sends reads to the primary
@@ -207,7 +224,18 @@ def _add_operations_routes(app: FastAPI, services: Services) -> None:
             return ORJSONResponse({"status": "unavailable", "reason": reason, **replica}, 503)
         return ORJSONResponse({"status": "ready", **replica})
 
-    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
+    @app.get(
+        "/metrics",
+        tags=["operations"],
+        summary="Prometheus metrics",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "The Prometheus text format.",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            }
+        },
+    )
     def metrics() -> Response:
         if services.replica is not None:
             services.replica.refresh()  # its lag as of this scrape

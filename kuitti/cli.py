@@ -12,11 +12,13 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import typer
 from typer import _click as click  # Typer's own copy of click: the types TyperGroup is made of
 from typer.core import TyperCommand, TyperGroup
+
+from kuitti import __version__
 
 
 class Command(NamedTuple):
@@ -201,8 +203,21 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"kuitti {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
+def main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     """kuitti, an open digital receipt service."""
     # Every command is lazy (COMMANDS): the callback is what makes the root a group.
 

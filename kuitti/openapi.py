@@ -99,6 +99,35 @@ ERROR_SCHEMAS: dict[str, Any] = {
 }
 _ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Errors"}}}
 
+
+def _edge_answer(description: str) -> dict[str, Any]:
+    return {"description": description, "content": _ERROR_CONTENT}
+
+
+# What the edge answers before any route runs, whatever the path (docs/api.md, "Statuses any
+# request can get"): declared once here, and referenced from every operation but the 405, which
+# answers a method a path does not take, so no operation of the document.
+EDGE_RESPONSES: dict[str, tuple[int, dict[str, Any]]] = {
+    "RequestTimeout": (
+        408,
+        _edge_answer("The request's headers or body took too long to arrive (closed)."),
+    ),
+    "PayloadTooLarge": (413, _edge_answer("The body is larger than KUITTI_MAX_BODY_BYTES.")),
+    "HeadersTooLarge": (
+        431,
+        _edge_answer("The request line and headers are larger than KUITTI_MAX_HEADER_BYTES."),
+    ),
+    "Overloaded": (
+        503,
+        _edge_answer("Too many requests in flight: try again after Retry-After seconds."),
+    ),
+    "MethodNotAllowed": (
+        405,
+        _edge_answer("The path does not take this method; Allow lists the ones it takes."),
+    ),
+}
+_EDGE_REFERENCED = [(name, status) for name, (status, _) in EDGE_RESPONSES.items() if status != 405]
+
 TOKEN_REQUEST_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -192,6 +221,7 @@ def build_openapi(app: FastAPI, documented: Sequence[BaseRoute] = ()) -> dict[st
     schemas.pop("ValidationError", None)
     schemas.update(ERROR_SCHEMAS)
     components["securitySchemes"] = SECURITY_SCHEMES
+    components["responses"] = {name: answer for name, (_, answer) in EDGE_RESPONSES.items()}
     schema["webhooks"] = _webhooks(schemas)
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
@@ -252,6 +282,11 @@ def _shape_operation(method: str, path: str, operation: dict[str, Any]) -> None:
         ]
         if security != [{"ClientBasic": []}, {}]:
             responses.setdefault("401", {"description": "Missing or wrong key or token."})
+        if _APP_FOR_USER in security:
+            responses.setdefault(
+                "403",
+                {"description": "The user's token lacks the scope (`insufficient_scope`)."},
+            )
     if path.startswith("/api/"):
         responses.setdefault("400", {"description": "Invalid input; the text names the field."})
     if (method, path) == ("post", "/api/oauth/token"):
@@ -262,6 +297,15 @@ def _shape_operation(method: str, path: str, operation: dict[str, Any]) -> None:
                 "application/json": {"schema": TOKEN_REQUEST_SCHEMA},
             },
         }
+    # A request the server cannot read (a malformed path, query or cookie) gets 400 in the
+    # error shape on any path; a page's own 4xx are HTML pages, those of its edge the shape.
+    responses.setdefault("400", {"description": "A malformed request; the text says what."})
     for status, response in responses.items():
-        if status.startswith("4") and path.startswith("/api/"):
+        if not status.startswith("4") or "$ref" in response:
+            continue
+        if path.startswith("/api/"):
             response["content"] = _ERROR_CONTENT
+        else:
+            response["content"] = {**response.get("content", {}), **_ERROR_CONTENT}
+    for name, status in _EDGE_REFERENCED:
+        responses.setdefault(str(status), {"$ref": f"#/components/responses/{name}"})

@@ -43,6 +43,8 @@ PG_ADMIN_URL = os.environ.get(
     "KUITTI_TEST_POSTGRES_URL", "postgresql://kuitti:kuitti@127.0.0.1:5432/postgres"
 )
 CLOCK_START = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
+# Every answer the suite sees is checked against /openapi.json at the end of the session.
+pytest_plugins = ["tests.openapi_truth"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

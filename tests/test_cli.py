@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from kuitti import cli, config
+from kuitti import __version__, cli, config
 from kuitti.cli import COMMANDS, app, load_command
 from kuitti.config import Settings, default_var_dir
 from kuitti.models import Partner, User
@@ -442,3 +442,29 @@ def test_read_replica_mistakes_are_one_line(
     assert result.returncode == 2
     assert result.stderr.startswith(message), result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
+
+
+def test_version_is_the_package_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"kuitti {__version__}\n"
+
+
+def test_a_command_on_a_current_database_does_not_import_alembic(
+    services: Services, tmp_path: Path
+) -> None:
+    """The revision is read and compared with ``HEAD_REVISION``: Alembic (a tenth of a second
+    of every command) is imported only when there is a migration to run."""
+    code = (
+        "import sys; from typer.testing import CliRunner; from kuitti.cli import app; "
+        "result = CliRunner().invoke(app, ['partner', 'list']); "
+        "assert result.exit_code == 0, result.output; "
+        "print(sorted(m for m in sys.modules if m.startswith(('alembic', 'kuitti.migrate'))))"
+    )
+    env = {**os.environ, "KUITTI_DATABASE_URL": services.settings.database_url or ""}
+    env["KUITTI_SECRET_KEY"] = services.settings.secret_key or ""
+    env["KUITTI_VAR_DIR"] = str(tmp_path)
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout
+    assert loaded.strip() == "[]"

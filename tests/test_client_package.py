@@ -154,6 +154,49 @@ def test_the_async_client_pages_through_every_receipt(
     assert len(listed) == 3  # two pages of at most two
 
 
+def test_a_card_issuer_through_the_client(live_server: LiveServer, services: Services) -> None:
+    """Enrol a card, report its payment (twice: the second is a replay), remove the card; the
+    same enrolment through the async client answers the same card."""
+    issuer = make_partner(services, PartnerRole.CARD_ISSUER, name="Pankki Oyj")
+    card = models.CardEnrolment(
+        partner_card_id="card-1", masked_pan="415301******1234", exp_date="2028-12"
+    )
+    payment = {
+        "partner_card_id": "card-1",
+        "transaction_type": "auth",
+        "amount": 849,
+        "currency": "EUR",
+        "timestamp": "2026-01-15T14:03:11+02:00",
+        "merchant_id": "MID-000123",
+        "merchant_name": "Kauppa Kamppi",
+    }
+    with Client(live_server.url, issuer.api_key) as bank:
+        enrolled = bank.enroll_card(card)
+        recorded = bank.report_card_transaction(payment)
+        replayed = bank.report_card_transaction(models.CardTransaction.model_validate(payment))
+
+        async def enrol_again() -> models.Card:
+            async with AsyncClient(live_server.url, issuer.api_key) as async_bank:
+                return await async_bank.enroll_card(card.model_dump(exclude_none=True))
+
+        assert asyncio.run(enrol_again()) == enrolled
+        removed = bank.delete_card(enrolled.service_card_id)
+        with pytest.raises(KuittiError) as gone:
+            bank.report_card_transaction({**payment, "amount": 1000})
+    assert (enrolled.partner_card_id, enrolled.masked_pan, enrolled.pilot) == (
+        "card-1",
+        "415301******1234",
+        False,
+    )
+    assert recorded.service_card_id == enrolled.service_card_id
+    assert (recorded.replayed, replayed.replayed) == (False, True)
+    assert replayed.transaction_id == recorded.transaction_id
+    assert removed == models.CardRemoved(
+        service_card_id=enrolled.service_card_id, partner_card_id="card-1", deleted=True
+    )
+    assert gone.value.status == 404
+
+
 class _Busy(BaseHTTPRequestHandler):
     """Answers the first request 503 with Retry-After: 0, then forwards to the service."""
 
@@ -329,6 +372,7 @@ def test_the_client_answer_models_have_the_service_answer_keys() -> None:
         (delivery_routes.QrCode, models.QrCode),
         (card_routes.Card, models.Card),
         (card_routes.CardRemoved, models.CardRemoved),
+        (card_routes.CardTransactionRecorded, models.CardTransactionRecorded),
     ]
     for service, client in pairs:
         required = {n for n, f in service.model_fields.items() if f.is_required()}

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import select, text
 
-from kuitti.db import Base
+from kuitti.db import Base, Database
+from kuitti.dbmigrate import HEAD_REVISION, not_ready_reason, schema_is_current, upgrade
+from kuitti.migrate_alembic import script_head
 from kuitti.models.cards import CardPaymentRecord
 from kuitti.services import Services
 
@@ -61,3 +65,23 @@ def test_a_lookup_by_pre_authorised_amount_can_use_the_partial_index(
             connection.execute(text("SET LOCAL enable_seqscan = off"))
             plan = " ".join(row[0] for row in connection.execute(text("EXPLAIN " + sql)))
     assert "ix_card_payments_preauth" in plan
+
+
+def test_the_head_revision_constant_names_the_newest_migration() -> None:
+    """A new migration bumps ``HEAD_REVISION``: without it a migrated database would look
+    behind (or a behind one current) to every command and to /readyz."""
+    assert script_head() == HEAD_REVISION
+
+
+def test_a_database_behind_the_head_is_seen_and_migrated(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'behind.db'}")
+    try:
+        assert not schema_is_current(db)  # never migrated: no alembic_version table
+        upgrade(db)
+        assert schema_is_current(db)
+        with db.engine.begin() as connection:
+            connection.execute(text("UPDATE alembic_version SET version_num = '0005'"))
+        assert not schema_is_current(db)
+        assert not_ready_reason(db) == "run 'kuitti db upgrade'"
+    finally:
+        db.dispose()

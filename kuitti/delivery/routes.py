@@ -11,7 +11,7 @@ finds nothing counts against the miss limits too (``ratelimit.LinkMisses``).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote, unquote
 
 from fastapi import APIRouter, Form, Query, Request
@@ -39,9 +39,27 @@ from kuitti.web import render as render_page
 router = APIRouter(tags=["receipt links"])
 
 LINK_HEADERS = {"X-Robots-Tag": "noindex, nofollow", "Referrer-Policy": "no-referrer"}
+_HTML = {"text/html": {"schema": {"type": "string"}}}
+_PDF = {"application/pdf": {"schema": {"type": "string", "format": "binary"}}}
 LIMITED = {
     "description": "Too many link requests, or too many that found nothing, from this client "
-    "(an HTML page; Retry-After)."
+    "(an HTML page; Retry-After).",
+    "content": _HTML,
+}
+NOT_FOUND = {
+    "description": "Unknown link, or nothing to import from it (an HTML page).",
+    "content": _HTML,
+}
+# What the link pages answer besides their page (declared once, used by each route).
+PAGE_ANSWERS: dict[int | str, dict[str, Any]] = {404: NOT_FOUND, 429: LIMITED}
+IMPORT_ANSWERS: dict[int | str, dict[str, Any]] = {
+    303: {
+        "description": "Imported: back to the page; or, logged out, to the login page that "
+        "returns to it."
+    },
+    403: {"description": "The form has expired or did not come from this site."},
+    409: {"description": "Another account holds this receipt (an HTML page).", "content": _HTML},
+    **PAGE_ANSWERS,
 }
 # Any value is accepted: one that is not fi, sv or en is ignored (Accept-Language decides).
 LangQuery = Annotated[str | None, Query(description="fi, sv or en; else Accept-Language decides.")]
@@ -291,8 +309,8 @@ def _import(
     response_class=HTMLResponse,
     summary="Receipt link page; <link>/pdf downloads the PDF",
     responses={
-        404: {"description": "Unknown namespace or receipt identifier (an HTML page)."},
-        429: LIMITED,
+        200: {"description": "The page, or at <link>/pdf its PDF.", "content": {**_HTML, **_PDF}},
+        **PAGE_ANSWERS,
     },
 )
 def namespace_link_page(
@@ -314,10 +332,7 @@ def namespace_link_page(
     "/ns/{namespace}/r/{receipt_path:path}",
     response_class=HTMLResponse,
     summary="Import the receipt into the logged-in user's account (action=import)",
-    responses={
-        409: {"description": "Another account holds this receipt (an HTML page)."},
-        429: LIMITED,
-    },
+    responses=IMPORT_ANSWERS,
 )
 def namespace_link_import(
     request: Request,
@@ -338,7 +353,7 @@ def namespace_link_import(
     "/r/{token}",
     response_class=HTMLResponse,
     summary="A receipt's private link page (no login)",
-    responses={429: LIMITED},
+    responses=PAGE_ANSWERS,
 )
 def private_link_page(
     request: Request, token: str, session: ReadSession, user: CurrentUser, lang: LangQuery = None
@@ -347,7 +362,10 @@ def private_link_page(
 
 
 @router.get(
-    "/r/{token}/pdf", summary="The PDF of a receipt's private link", responses={429: LIMITED}
+    "/r/{token}/pdf",
+    response_class=Response,
+    summary="The PDF of a receipt's private link",
+    responses={200: {"description": "The receipt's PDF.", "content": _PDF}, **PAGE_ANSWERS},
 )
 def private_link_pdf(
     request: Request, token: str, session: ReadSession, lang: LangQuery = None
@@ -359,7 +377,7 @@ def private_link_pdf(
     "/r/{token}",
     response_class=HTMLResponse,
     summary="Import the receipt of a private link (action=import)",
-    responses={429: LIMITED},
+    responses=IMPORT_ANSWERS,
 )
 def private_link_import(
     request: Request,

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Header, Request
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from starlette.datastructures import FormData
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 
 from kuitti.deps import RawBody, ReadSession, ServicesDep, WriteSession
 from kuitti.errors import InvalidRequest, NotFound, Unauthorized
@@ -93,7 +93,26 @@ def _query_lists(request: Request) -> dict[str, list[str]]:
     return params
 
 
-@router.get("/auth", include_in_schema=True, tags=["oauth"], summary="OAuth consent page")
+def _page(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"text/html": {"schema": {"type": "string"}}}}
+
+
+# What the documented pages (/auth, /membership) share.
+_PAGE_ROUTE: dict[str, Any] = {"tags": ["oauth"], "response_class": HTMLResponse}
+
+
+@router.get(
+    "/auth",
+    summary="OAuth consent page",
+    **_PAGE_ROUTE,
+    responses={
+        200: _page("The login page, then the consent page."),
+        303: {
+            "description": "Back to the app's redirect_uri with an OAuth error (RFC 6749 §4.1.2.1)."
+        },
+        400: _page("Unknown client or redirect_uri: an error page, never a redirect."),
+    },
+)
 def authorize_page(request: Request, session: ReadSession, user: CurrentUser) -> Response:
     """The consent page: checks the request, asks the user to log in or sign up, then to consent."""
     try:
@@ -310,7 +329,6 @@ def metadata(services: ServicesDep) -> dict[str, Any]:
             "none",
         ],
         "code_challenge_methods_supported": ["S256"],
-        "token_endpoint_auth_signing_alg_values_supported": [keys.ALGORITHM],
         "service_documentation": f"{settings.base_url}/docs",
     }
 
@@ -384,7 +402,17 @@ def _membership_form(
     )
 
 
-@router.get("/membership", include_in_schema=True, tags=["oauth"], summary="Manage a connection")
+@router.get(
+    "/membership",
+    summary="Manage a connection",
+    **_PAGE_ROUTE,
+    responses={
+        200: _page("The connection's page for its owner."),
+        303: {"description": "Logged out: to the login page, which returns here."},
+        400: _page("The redirect_uri is not the app's (an HTML page)."),
+        404: _page("No such connection of this user (an HTML page)."),
+    },
+)
 def membership_page(
     request: Request,
     session: ReadSession,

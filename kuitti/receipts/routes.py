@@ -368,6 +368,11 @@ def _list_request(query: Mapping[str, str]) -> _ListRequest:
 
 
 _MEDIA_TYPES = dict.fromkeys(row.media_type.partition(";")[0] for row in FORMATS.values())
+# service_json is the document as posted; the other formats are files.
+_MEDIA_SCHEMAS: dict[str, dict[str, str]] = {
+    "application/json": {"$ref": "#/components/schemas/Receipt"},
+    "application/pdf": {"type": "string", "format": "binary"},
+}
 
 
 @router.get(
@@ -380,7 +385,12 @@ _MEDIA_TYPES = dict.fromkeys(row.media_type.partition(";")[0] for row in FORMATS
         "carries a strong `ETag`; send it back in `If-None-Match` to get 304 without a body."
     ),
     responses={
-        200: {"content": {media: {} for media in _MEDIA_TYPES}},
+        200: {
+            "content": {
+                media: {"schema": _MEDIA_SCHEMAS.get(media, {"type": "string"})}
+                for media in _MEDIA_TYPES
+            }
+        },
         304: {"description": "Not modified (If-None-Match matched the ETag)."},
         404: {"description": "No such receipt, or the caller may not see it."},
         409: {"description": "finvoice_unavailable: the poster has no bank account (IBAN)."},

@@ -127,6 +127,8 @@ class TestEndpointsAsDocumented:
         assert meta["token_endpoint"] == f"{live_server.url}/api/oauth/token"
         assert meta["authorization_endpoint"] == f"{live_server.url}/auth"
         assert meta["code_challenge_methods_supported"] == ["S256"]
+        # No JWT client authentication, so no algorithms for it (RFC 8414 §2).
+        assert "token_endpoint_auth_signing_alg_values_supported" not in meta
         paths = client.get("/openapi.json").json()["paths"]
         assert {"/api/oauth/token", "/api/oauth/revoke", "/auth", "/membership"} <= set(paths)
         app = make_app(services)

@@ -13,6 +13,8 @@ import httpx
 
 from kuitti_client.errors import KuittiError, retry_after
 from kuitti_client.models import (
+    CardEnrolment,
+    CardTransaction,
     DataFormat,
     ReceiptDocument,
     Token,
@@ -110,6 +112,30 @@ def list_page(since: datetime | str | None, limit: int | None, cursor: str | Non
     if cursor is not None:
         params["cursor"] = cursor
     return Call("GET", "/api/v1/receipts/", params=params)
+
+
+def enroll_card(card: CardEnrolment | Mapping[str, Any]) -> Call:
+    """Enrolling the same card with the same details again answers the same card: safe to
+    retry."""
+    body = card if isinstance(card, CardEnrolment) else CardEnrolment.model_validate(card)
+    return Call("POST", "/api/v1/cards/", json=body.model_dump(mode="json", exclude_none=True))
+
+
+def delete_card(service_card_id: str) -> Call:
+    """Not retried: a repeat after a lost answer would find no card (404)."""
+    return Call("DELETE", f"/api/v1/cards/{service_card_id}/", retry=False)
+
+
+def card_transaction(transaction: CardTransaction | Mapping[str, Any]) -> Call:
+    """The same transaction sent again is recognised (``replayed``): safe to retry."""
+    body = (
+        transaction
+        if isinstance(transaction, CardTransaction)
+        else CardTransaction.model_validate(transaction)
+    )
+    return Call(
+        "POST", "/api/v1/card-transactions/", json=body.model_dump(mode="json", exclude_none=True)
+    )
 
 
 def since_text(since: datetime | str) -> str:

@@ -18,6 +18,11 @@ import httpx
 from kuitti_client import calls
 from kuitti_client.calls import Call, RetryPolicy
 from kuitti_client.models import (
+    Card,
+    CardEnrolment,
+    CardRemoved,
+    CardTransaction,
+    CardTransactionRecorded,
     DataFormat,
     QrCode,
     ReceiptCreated,
@@ -144,6 +149,25 @@ class Client:
         response = self._send(Call("DELETE", "/api/oauth/revoke", retry=False))
         return Revoked.model_validate_json(response.content)
 
+    def enroll_card(self, card: CardEnrolment | Mapping[str, Any]) -> Card:
+        """Enrol a card (card issuer role). A client made with the holder's ``access_token``
+        (a connection to this issuer) links the card to that user."""
+        response = self._send(calls.enroll_card(card))
+        return Card.model_validate_json(response.content)
+
+    def delete_card(self, service_card_id: str) -> CardRemoved:
+        """Remove a card of this issuer: it never matches a receipt again."""
+        response = self._send(calls.delete_card(service_card_id))
+        return CardRemoved.model_validate_json(response.content)
+
+    def report_card_transaction(
+        self, transaction: CardTransaction | Mapping[str, Any]
+    ) -> CardTransactionRecorded:
+        """Report a payment of an enrolled card (``auth`` or ``clearing``): the receipt of that
+        purchase is linked to the card's owner when it comes, or already was."""
+        response = self._send(calls.card_transaction(transaction))
+        return CardTransactionRecorded.model_validate_json(response.content)
+
     def close(self) -> None:
         self._http.close()
 
@@ -269,6 +293,25 @@ class AsyncClient:
     async def revoke(self) -> Revoked:
         response = await self._send(Call("DELETE", "/api/oauth/revoke", retry=False))
         return Revoked.model_validate_json(response.content)
+
+    async def enroll_card(self, card: CardEnrolment | Mapping[str, Any]) -> Card:
+        """Enrol a card (card issuer role). A client made with the holder's ``access_token``
+        (a connection to this issuer) links the card to that user."""
+        response = await self._send(calls.enroll_card(card))
+        return Card.model_validate_json(response.content)
+
+    async def delete_card(self, service_card_id: str) -> CardRemoved:
+        """Remove a card of this issuer: it never matches a receipt again."""
+        response = await self._send(calls.delete_card(service_card_id))
+        return CardRemoved.model_validate_json(response.content)
+
+    async def report_card_transaction(
+        self, transaction: CardTransaction | Mapping[str, Any]
+    ) -> CardTransactionRecorded:
+        """Report a payment of an enrolled card (``auth`` or ``clearing``): the receipt of that
+        purchase is linked to the card's owner when it comes, or already was."""
+        response = await self._send(calls.card_transaction(transaction))
+        return CardTransactionRecorded.model_validate_json(response.content)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -119,6 +119,38 @@ class QrCode(Answer):
     expires_at: str
 
 
+class CardEnrolment(BaseModel):
+    """The body of ``POST /api/v1/cards/``: the issuer's own id of the card, its masked number
+    (first six and last four digits; a full number is always refused) and its expiry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partner_card_id: str
+    masked_pan: str
+    exp_date: str
+    name: str | None = None
+
+
+class CardTransaction(BaseModel):
+    """The body of ``POST /api/v1/card-transactions/``: one payment (``auth`` when authorised,
+    ``clearing`` when settled) of an enrolled card, named by ``partner_card_id`` or
+    ``service_card_id``. ``amount`` is signed, in fractional units (a refund is negative);
+    ``timestamp`` carries its UTC offset."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    transaction_type: Literal["auth", "clearing"]
+    amount: int
+    currency: str
+    timestamp: str
+    merchant_id: str
+    merchant_name: str
+    partner_card_id: str | None = None
+    service_card_id: str | None = None
+    reference_number: str | None = None
+    authorization_code: str | None = None
+
+
 class Card(Answer):
     """An enrolled card (``name`` only when one was given)."""
 
@@ -134,3 +166,15 @@ class CardRemoved(Answer):
     service_card_id: str
     partner_card_id: str
     deleted: bool
+
+
+class CardTransactionRecorded(Answer):
+    """A stored transaction and the purchase it belongs to; ``matched_receipt_id`` once a
+    receipt is linked to that purchase; ``replayed`` when the same transaction came again."""
+
+    transaction_id: str
+    service_card_id: str
+    partner_card_id: str
+    purchase_id: str
+    matched_receipt_id: str | None
+    replayed: bool
