@@ -59,14 +59,14 @@ class Queue:
     A request that waited longer than ``longest`` is never served. A burst (a stall of the
     event loop, many clients at once) makes a queue that clears by itself: its requests are
     served. A queue that stands, every request for ``longest / 5`` having waited longer than a
-    tenth of ``longest`` (the target), is more load than the process can serve (CoDel's rule):
+    quarter of ``longest`` (the target), is more load than the process can serve (CoDel's rule):
     from then on only the requests that waited less than the target are served, and the rest
     answered 503 at once, until none has waited longer for ``longest / 5``. The requests served
     under a standing load then waited at most the target, not the longest wait."""
 
     def __init__(self, longest: float) -> None:
         self.longest = longest
-        self.target = longest / 10
+        self.target = longest / 4
         self.interval = longest / 5
         self.above_since: float | None = None  # every request since then waited > target
         self.last_above = float("-inf")

@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import BaseRoute
 from starlette.staticfiles import StaticFiles
 
+from kuitti.admission import ALWAYS_ADMITTED
 from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.schema import Receipt, TokenReceiptRequest
 from kuitti.webhooks.payloads import PAYLOAD_MODELS, Notification
@@ -252,8 +253,19 @@ def _shape_operation(method: str, path: str, operation: dict[str, Any]) -> None:
         ]
         if security != [{"ClientBasic": []}, {}]:
             responses.setdefault("401", {"description": "Missing or wrong key or token."})
-    if path.startswith("/api/"):
-        responses.setdefault("400", {"description": "Invalid input; the text names the field."})
+    # Every operation refuses bad input (a NUL in a query, a missing form field), pages too;
+    # and an identifier in the path can name nothing.
+    responses.setdefault("400", {"description": "Invalid input; the text names the field."})
+    if "{" in path:
+        responses.setdefault("404", {"description": "Nothing has this identifier."})
+    if path not in ALWAYS_ADMITTED:
+        responses.setdefault(
+            "503",
+            {
+                "description": "Busier than the process can serve, or the database is away: "
+                "nothing was done; try again after Retry-After seconds."
+            },
+        )
     if (method, path) == ("post", "/api/oauth/token"):
         operation["requestBody"] = {
             "required": True,
