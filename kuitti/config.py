@@ -172,7 +172,8 @@ class Settings(BaseSettings):
     )
 
     # The edge: which peers may forward a client's address (kuitti/clients.py), how large and how
-    # slow a request may be (kuitti/edge.py), how many a process admits (kuitti/admission.py).
+    # slow a request may be and how long it may wait (kuitti/edge.py), how many a process admits
+    # (kuitti/admission.py).
     trusted_proxies: Annotated[tuple[str, ...], NoDecode] = Field(
         (),
         description="Comma-separated addresses or networks (CIDR) of the reverse proxies whose "
@@ -186,6 +187,13 @@ class Settings(BaseSettings):
     )
     body_timeout_seconds: float = Field(
         30.0, gt=0, description="Time a client has to send a request's body after its headers."
+    )
+    max_queue_seconds: float = Field(
+        0.5,
+        gt=0,
+        description="Longest a request may have waited, from its last byte's arrival until its "
+        "server process takes it up; an older one is answered 503 with Retry-After at once "
+        "(kuitti/edge.py; see docs/operations.md).",
     )
     max_requests_in_flight: int = Field(
         64,

@@ -2,13 +2,27 @@
 
 uvicorn bounds neither a request's head nor the time a client takes to send it: a header that
 never ends grows in memory, and a client that sends a byte now and then holds its connection
-open for ever. Here every request is held to three settings:
+open for ever. Nor does it bound the time a request waits to be taken up. Here every request is
+held to four settings:
 
 - its head (request line and headers) to ``KUITTI_MAX_HEADER_BYTES``: 431 in the error shape;
 - the time from a connection's opening, or the end of its previous response, to the end of the
   head to ``KUITTI_HEADER_TIMEOUT_SECONDS``: 408 in the error shape;
 - the time from the end of the head to the end of the body to ``KUITTI_BODY_TIMEOUT_SECONDS``:
-  408 unless a response has started, and the connection is closed either way.
+  408 unless a response has started, and the connection is closed either way;
+- the time from the arrival of the head's last byte to the moment the process takes the request
+  up to ``KUITTI_MAX_QUEUE_SECONDS``: 503 with ``Retry-After`` in the error shape, at once and
+  without running the application (the health endpoints excepted, as in ``kuitti.admission``).
+
+The wait is the kernel's count where it keeps one (Linux's ``TCP_INFO``: milliseconds since the
+connection last received data), because that is where an overloaded process's queue forms: its
+event loop, busy with the requests it took, accepts the next connections only as it gets round to
+them, and they wait in the listening socket's accept queue, before the process knows of them
+(``bench/overload.py`` measured seconds there and a millisecond after the accept). Elsewhere it
+is the time since the process began reading the request. An answer costs a few tens of
+microseconds of the process's time, against a few milliseconds for a request served, so a
+process under five times the load it can serve still clears its queue, and the requests it
+serves waited at most the bound.
 
 An idle kept-alive connection is closed by uvicorn's own ``timeout_keep_alive``.
 """
@@ -17,32 +31,90 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import socket
+import struct
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
+from uvicorn._types import ASGI3Application
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
+from kuitti.admission import ALWAYS_ADMITTED, BUSY, RETRY_AFTER_SECONDS
 from kuitti.config import load_settings
+from kuitti.metrics import count_request
 from kuitti.protocols import HttpToolsJsonErrors, closing_answer
+
+# ``struct tcp_info`` (linux/tcp.h) up to ``tcpi_last_data_recv``: the milliseconds since the
+# connection last received data, the 14th 32-bit field after 8 one-byte ones.
+TCP_INFO: int | None = getattr(socket, "TCP_INFO", None)
+LAST_DATA_RECV = struct.Struct("=52xI")
+RETRY_AFTER = ((b"retry-after", str(RETRY_AFTER_SECONDS).encode("ascii")),)
+
+
+class Queue:
+    """What one process knows of the queue in front of it, from the waits of the requests it
+    takes up, and which of them it serves.
+
+    A request that waited longer than ``longest`` is never served. A burst (a stall of the
+    event loop, many clients at once) makes a queue that clears by itself: its requests are
+    served. A queue that stands, every request for ``longest / 5`` having waited longer than a
+    quarter of ``longest`` (the target), is more load than the process can serve (CoDel's rule):
+    from then on only the requests that waited less than the target are served, and the rest
+    answered 503 at once, until none has waited longer for ``longest / 5``. The requests served
+    under a standing load then waited at most the target, not the longest wait."""
+
+    def __init__(self, longest: float) -> None:
+        self.longest = longest
+        self.target = longest / 4
+        self.interval = longest / 5
+        self.above_since: float | None = None  # every request since then waited > target
+        self.last_above = float("-inf")
+        self.standing = False
+
+    def admits(self, waited: float, now: float) -> bool:
+        if waited <= self.target:
+            self.above_since = None
+            if self.standing and now - self.last_above > self.interval:
+                self.standing = False
+            return True
+        self.last_above = now
+        if self.above_since is None:
+            self.above_since = now
+        elif now - self.above_since > self.interval:
+            self.standing = True
+        return not self.standing and waited <= self.longest
 
 
 @functools.cache
-def edge_limits() -> tuple[int, float, float]:
-    """(largest head in bytes, header timeout, body timeout), read once per process."""
+def process_queue(longest: float) -> Queue:
+    """The process's one ``Queue``: every connection's protocol takes up requests from it."""
+    return Queue(longest)
+
+
+@functools.cache
+def edge_limits() -> tuple[int, float, float, float]:
+    """(largest head in bytes, header timeout, body timeout, longest wait), read once per
+    process."""
     settings = load_settings()
     return (
         settings.max_header_bytes,
         settings.header_timeout_seconds,
         settings.body_timeout_seconds,
+        settings.max_queue_seconds,
     )
 
 
 class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
     """uvicorn's httptools protocol, answering in the error shape (``kuitti.protocols``), with
-    the head's size and the time to receive a request bounded."""
+    the head's size, the time to receive a request and the time it waited bounded."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.max_head_bytes, self.header_timeout, self.body_timeout = edge_limits()
+        self.max_head_bytes, self.header_timeout, self.body_timeout, longest_wait = edge_limits()
+        self.queue = process_queue(longest_wait)
+        self.socket: socket.socket | None = None  # a TCP connection's, for its TCP_INFO
+        self.head_began = 0.0
         self.head_bytes = 0  # of the finished parts of the current head
         self.head_seen = 0  # bytes received while the current head was unfinished
         self.in_head = True
@@ -89,19 +161,58 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
             self.refusal = self._too_large()
             raise ValueError("head too large")
 
-    def _refuse(self, status: int, code: str, description: str) -> None:
+    def _refuse(
+        self,
+        status: int,
+        code: str,
+        description: str,
+        headers: Iterable[tuple[bytes, bytes]] = (),
+    ) -> None:
         self._disarm()
         if self.transport.is_closing():
             return
         self.transport.write(
-            closing_answer(status, orjson.dumps({"error": code, "decription": description}))
+            closing_answer(
+                status, orjson.dumps({"error": code, "decription": description}), headers
+            )
         )
         self.transport.close()
+
+    # -- the wait ---------------------------------------------------------------------------
+
+    def waited(self) -> float:
+        """Seconds since the current request's last byte so far arrived: the kernel's count on a
+        TCP connection where it keeps one (the time in the accept queue included), else since
+        this process began reading the request."""
+        if self.socket is not None and TCP_INFO is not None:
+            try:
+                info = self.socket.getsockopt(socket.IPPROTO_TCP, TCP_INFO, LAST_DATA_RECV.size)
+            except OSError:
+                self.socket = None
+            else:
+                milliseconds: int = LAST_DATA_RECV.unpack(info)[0]
+                return milliseconds / 1000
+        return self.loop.time() - self.head_began
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        """Runs the request, unless the process's queue sheds it (``Queue``): then 503 at once."""
+        if (
+            self.queue.admits(self.waited(), self.loop.time())
+            or self.scope["path"] in ALWAYS_ADMITTED
+        ):
+            super()._start_asgi_task(cycle, app)
+            return
+        cycle.response_complete = True  # the parser's calls for the rest of it do nothing
+        count_request(self.scope["method"], "shed", 503, 0.0)
+        self._refuse(503, BUSY.code, BUSY.description, RETRY_AFTER)
 
     # -- uvicorn's protocol, extended -------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        if TCP_INFO is not None and sock is not None and sock.family != socket.AF_UNIX:
+            self.socket = sock
         self._arm(self.header_timeout, self._head_too_slow)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -123,6 +234,7 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
             super().send_400_response(msg)
 
     def on_message_begin(self) -> None:
+        self.head_began = self.loop.time()
         super().on_message_begin()
         if self.deadline is None:
             self._arm(self.header_timeout, self._head_too_slow)

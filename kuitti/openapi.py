@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import BaseRoute
 from starlette.staticfiles import StaticFiles
 
+from kuitti.admission import ALWAYS_ADMITTED
 from kuitti.receipts.formats.layout import Layout
 from kuitti.receipts.schema import Receipt, TokenReceiptRequest
 from kuitti.webhooks.payloads import PAYLOAD_MODELS, Notification
@@ -119,7 +120,10 @@ EDGE_RESPONSES: dict[str, tuple[int, dict[str, Any]]] = {
     ),
     "Overloaded": (
         503,
-        _edge_answer("Too many requests in flight: try again after Retry-After seconds."),
+        _edge_answer(
+            "Busier than the process can serve, or the database is away: nothing was done; "
+            "try again after Retry-After seconds."
+        ),
     ),
     "MethodNotAllowed": (
         405,
@@ -287,8 +291,9 @@ def _shape_operation(method: str, path: str, operation: dict[str, Any]) -> None:
                 "403",
                 {"description": "The user's token lacks the scope (`insufficient_scope`)."},
             )
-    if path.startswith("/api/"):
-        responses.setdefault("400", {"description": "Invalid input; the text names the field."})
+    # An identifier in the path can name nothing.
+    if "{" in path:
+        responses.setdefault("404", {"description": "Nothing has this identifier."})
     if (method, path) == ("post", "/api/oauth/token"):
         operation["requestBody"] = {
             "required": True,
@@ -308,4 +313,6 @@ def _shape_operation(method: str, path: str, operation: dict[str, Any]) -> None:
         else:
             response["content"] = {**response.get("content", {}), **_ERROR_CONTENT}
     for name, status in _EDGE_REFERENCED:
+        if status == 503 and path in ALWAYS_ADMITTED:
+            continue  # never shed, and answer without the database
         responses.setdefault(str(status), {"$ref": f"#/components/responses/{name}"})

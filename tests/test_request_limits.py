@@ -3,18 +3,14 @@ sockets: a head too large is 431, a head or body too slow is 408, both in the er
 
 from __future__ import annotations
 
-import os
 import socket
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import orjson
 import pytest
 
 from kuitti.services import Services
-from tests.conftest import BACKEND, free_port
-from tests.test_serve import start, stop, wait_ready
+from tests.test_serve import serving
 
 MAX_HEADER_BYTES = 8192
 # A bound for a test that would otherwise wait for ever on a server that never answers.
@@ -25,25 +21,13 @@ SOCKET_TIMEOUT_SECONDS = 60
 def address(
     tmp_path_factory: pytest.TempPathFactory, session_services: Services
 ) -> Iterator[tuple[str, int]]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUITTI_PUBLIC_URL": url,
+    settings = {
         "KUITTI_MAX_HEADER_BYTES": str(MAX_HEADER_BYTES),
         "KUITTI_HEADER_TIMEOUT_SECONDS": "1",
         "KUITTI_BODY_TIMEOUT_SECONDS": "1",
     }
-    env.pop("KUITTI_DATABASE_URL", None)
-    if BACKEND == "postgresql":
-        env["KUITTI_DATABASE_URL"] = session_services.settings.database_url or ""
-    process, log = start(["--port", str(port)], env, tmp_path_factory.mktemp("serve"))
-    try:
-        wait_ready(url, process, log)
-        yield ("127.0.0.1", port)
-    finally:
-        stop(process)
+    with serving(tmp_path_factory.mktemp("serve"), session_services, settings) as (_, url):
+        yield ("127.0.0.1", int(url.rsplit(":", 1)[1]))
 
 
 def exchange(address: tuple[str, int], request: bytes) -> tuple[int, dict[str, object]]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ import orjson
 import pytest
 
 from kuitti.services import Services
+from tests.conftest import BACKEND, free_port
 from tests.factories import auth, receipt_doc
 
 KUITTI = shutil.which("kuitti", path=str(Path(sys.executable).parent)) or "kuitti"
@@ -47,6 +51,31 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     process.terminate()
     # uvicorn shuts down gracefully, then re-raises the signal: -15 is a clean exit.
     assert process.wait(timeout=20) in {0, -15}
+
+
+@contextmanager
+def serving(
+    cwd: Path, services: Services, settings: dict[str, str], *args: str
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``kuitti serve`` on a free port and the test database, with ``settings`` (KUITTI_
+    variables) besides: the process and its URL, once ready."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUITTI_PUBLIC_URL": url,
+        **settings,
+    }
+    env.pop("KUITTI_DATABASE_URL", None)
+    if BACKEND == "postgresql":
+        env["KUITTI_DATABASE_URL"] = services.settings.database_url or ""
+    process, log = start(["--port", str(port), *args], env, cwd)
+    try:
+        wait_ready(url, process, log)
+        yield process, url
+    finally:
+        stop(process)
 
 
 def create_merchant(env: dict[str, str], cwd: Path) -> str:

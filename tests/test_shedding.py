@@ -1,0 +1,128 @@
+"""Shedding by a request's wait (``kuitti.edge``): a request that waited longer than
+``KUITTI_MAX_QUEUE_SECONDS`` before its process took it up is answered 503 with ``Retry-After``
+in the error shape without running the application, and a fresh one is served.
+
+The wait is made real: the server process is stopped (SIGSTOP) while the requests are sent, so
+they wait in the kernel's accept queue, as under overload, until it is continued past the bound.
+Which way each request goes depends on that bound, not on how fast the host runs. The rule for a
+standing queue is checked on ``Queue`` itself, with the moments given."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+
+from kuitti.edge import Queue
+from kuitti.services import Services
+from tests.test_serve import serving
+
+LONGEST_WAIT_SECONDS = 1.0
+# A bound for a test that would otherwise wait for ever on a server that never answers.
+SOCKET_TIMEOUT_SECONDS = 60
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, session_services: Services
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    settings = {"KUITTI_MAX_QUEUE_SECONDS": str(LONGEST_WAIT_SECONDS)}
+    with serving(tmp_path_factory.mktemp("s"), session_services, settings, "--no-worker") as s:
+        yield s
+
+
+def send(url: str, path: str) -> socket.socket:
+    sock = socket.create_connection(
+        ("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=SOCKET_TIMEOUT_SECONDS
+    )
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    return sock
+
+
+def answer(sock: socket.socket) -> tuple[bytes, dict[str, str], object]:
+    """Reads until the server closes the connection, or until a whole answer arrived."""
+    data = b""
+    with sock:
+        while True:
+            head, _, body = data.partition(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            headers = dict(line.lower().split(": ", 1) for line in lines[1:] if ": " in line)
+            if "content-length" in headers and len(body) >= int(headers["content-length"]):
+                return lines[0].encode(), headers, orjson.loads(body)
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+
+
+def held_past_the_bound(
+    process: subprocess.Popen[bytes], url: str, paths: list[str]
+) -> list[socket.socket]:
+    """Requests sent while the server is stopped, the server continued once they are older than
+    the bound: the time passing is the condition under test, not a guess at how long
+    something takes."""
+    process.send_signal(signal.SIGSTOP)
+    try:
+        socks = [send(url, path) for path in paths]
+        older = time.monotonic() + LONGEST_WAIT_SECONDS * 1.5
+        while (left := older - time.monotonic()) > 0:
+            threading.Event().wait(left)
+    finally:
+        process.send_signal(signal.SIGCONT)
+    return socks
+
+
+def test_a_request_held_past_the_bound_is_503_and_a_fresh_one_is_served(
+    server: tuple[subprocess.Popen[bytes], str],
+) -> None:
+    process, url = server
+    shed, health = held_past_the_bound(process, url, ["/api/v1/receipts/", "/healthz"])
+    status, headers, body = answer(shed)
+    assert status == b"HTTP/1.1 503 Service Unavailable"
+    assert headers["retry-after"] == "1"
+    assert headers["connection"] == "close"
+    assert body == {
+        "error": "service_unavailable",
+        "decription": "The service is busier than it can serve; nothing was done. "
+        "Try again shortly.",
+    }
+    # The health endpoints are answered however long they waited: a loaded process is alive.
+    assert answer(health)[2] == {"status": "ok"}
+    # A request that did not wait is served (401: the application ran and asked for a key).
+    fresh = httpx.get(f"{url}/api/v1/receipts/", timeout=SOCKET_TIMEOUT_SECONDS)
+    assert fresh.status_code == 401
+    assert fresh.json()["error"] == "unauthorized"
+    metrics = httpx.get(f"{url}/metrics", timeout=SOCKET_TIMEOUT_SECONDS).text
+    assert 'kuitti_http_requests_total{method="GET",route="shed",status="503"} 1.0' in metrics
+
+
+class TestQueue:
+    """``longest`` 1 s: the target is 0.25 s, the interval 0.2 s."""
+
+    def test_a_wait_past_the_longest_is_refused_and_a_short_one_served(self) -> None:
+        queue = Queue(1.0)
+        assert not queue.admits(1.001, now=10.0)
+        assert queue.admits(0.0, now=10.01)
+
+    def test_a_burst_that_clears_within_the_interval_is_served(self) -> None:
+        queue = Queue(1.0)
+        assert all(queue.admits(0.9, now=10.0 + step / 100) for step in range(20))
+        assert queue.admits(0.2, now=10.2)
+        assert queue.admits(0.9, now=10.3)
+
+    def test_a_standing_queue_is_served_only_below_the_target_until_it_clears(self) -> None:
+        queue = Queue(1.0)
+        assert queue.admits(0.5, now=10.0)
+        assert queue.admits(0.5, now=10.2)
+        assert not queue.admits(0.5, now=10.21)  # above the target for over the interval
+        assert queue.admits(0.2, now=10.22)  # below the target: served
+        assert not queue.admits(0.3, now=10.23)  # still standing: above the target, refused
+        assert queue.admits(0.2, now=10.3)
+        assert queue.admits(0.2, now=10.44)  # none above the target for the interval
+        assert queue.admits(0.5, now=10.45)  # a burst again, served
