@@ -82,9 +82,9 @@ class Settings(BaseSettings):
         None,
         description="PostgreSQL only: a read replica (a streaming standby of the primary, any "
         "form libpq takes) that answers receipt reads, lists and link pages; rights are still "
-        "decided on the primary (docs/operations.md, Read replicas).",
+        "decided on the primary (docs/replication.md, Read replicas).",
     )
-    # Beyond one database machine (docs/operations.md): a pooler between kuitti and PostgreSQL.
+    # Beyond one database machine (docs/replication.md): a pooler between kuitti and PostgreSQL.
     listen_database_url: str | None = Field(
         None,
         description="PostgreSQL only: where LISTEN for wake-ups connects, straight to the "

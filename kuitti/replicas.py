@@ -1,5 +1,5 @@
 """A read replica (``KUITTI_READ_DATABASE_URL``): which reads a streaming standby answers, and
-when the primary answers instead (docs/operations.md, "Read replicas").
+when the primary answers instead (docs/replication.md, "Read replicas").
 
 The rule, in one place:
 

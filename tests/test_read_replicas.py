@@ -254,7 +254,7 @@ def test_reads_come_from_the_standby_while_the_primary_is_stopped(
 def test_an_asynchronous_replica_can_honour_a_key_disabled_just_before_the_primary_was_lost(
     tmp_path: Path,
 ) -> None:
-    """What docs/operations.md says an asynchronous replica can show: a key disabled on the
+    """What docs/replication.md says an asynchronous replica can show: a key disabled on the
     primary after the replica's last received WAL (here: its stream cut first), then the
     primary lost. The replica has applied all it received, so it decides, and the key reads."""
     with _replicated(tmp_path, synchronous=False) as replicated:
