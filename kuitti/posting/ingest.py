@@ -32,6 +32,7 @@ from datetime import datetime
 
 import anyio.to_thread
 
+from kuitti import signatures
 from kuitti.config import Settings
 from kuitti.db import Database
 from kuitti.errors import (
@@ -86,6 +87,7 @@ class Ingest:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.key_holders = KeyHolderCache()
+        self.signer = signatures.Signer(services.db, services.settings)
         self._waiting: list[tuple[Prepared, asyncio.Future[Outcome]]] = []
         self._writer: asyncio.Task[None] | None = None
         self._writing = 0
@@ -108,13 +110,16 @@ class Ingest:
         """The status and body of the answer; a ``KuittiError`` for an error answer."""
         now = self.services.clock.now()
         digest = key_digest(authorization)
+        key = self.signer.fresh()
+        if key is None:
+            key = await anyio.to_thread.run_sync(self.signer.load, now)
         for attempt in range(ATTEMPTS):
             holder = None if attempt else self.key_holders.get(digest)
             looked_up = holder is None
             if holder is None:
                 holder = await self._look_up(digest)
             try:
-                prepared = self._prepared(holder, body, content_type, idempotency_key, now)
+                prepared = self._prepared(holder, body, content_type, idempotency_key, now, key)
             except KuittiError:
                 if looked_up:
                     raise
@@ -144,11 +149,12 @@ class Ingest:
         content_type: str | None,
         idempotency_key: str | None,
         now: datetime,
+        key: signatures.LoadedKey,
     ) -> Prepared:
         """The post validated and its rows built; only what the writer needs outlives this call
         (``service.Prepared``)."""
         posting = _validated(holder, body, content_type, idempotency_key, now)
-        return prepare_posting(self.services.settings, posting, body)
+        return prepare_posting(self.services.settings, posting, body, key)
 
     async def _write(self, posting: Prepared) -> Outcome:
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()

@@ -28,7 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from kuitti import links, locks
+from kuitti import links, locks, signatures
 from kuitti.cards.matching import card_payment_inserts, card_payment_rows
 from kuitti.config import Settings
 from kuitti.db import database_of
@@ -48,6 +48,7 @@ from kuitti.posting import returns
 from kuitti.posting.checks import LinkPlan, TokenCheck, check_body, check_tokens
 from kuitti.posting.tokens import Status, TokenStatus, deliver_tokens
 from kuitti.receipts.validation import ReceiptRequest, TokenType
+from kuitti.security import SecretBox
 
 
 @dataclass
@@ -173,7 +174,10 @@ def _store(
 ) -> CreatedReceipt:
     """Store a new receipt's rows, then what only some receipts need: the link of a return to
     its original, and the deliveries of its tokens."""
-    rows = receipt_rows(partner, request, _receipt_ids(request), [], now=now)
+    key = signatures.current_key(session, SecretBox(settings.resolved_secret_key), now=now)
+    rows = receipt_rows(
+        partner, request, _receipt_ids(request), [], now=now, key=key, issuer=settings.issuer
+    )
     receipt = Receipt(**rows.receipt)
     session.add(receipt)
     session.add(ReceiptGrant(**rows.grant))
@@ -215,20 +219,27 @@ def receipt_rows(
     statuses: list[TokenStatus],
     *,
     now: datetime,
+    key: signatures.LoadedKey,
+    issuer: str,
 ) -> ReceiptRows:
     """The rows of a new receipt of ``request`` posted by ``poster``, linked under its
-    RECEIPT_IDs ``ids`` (namespace, identifier), its tokens' ``statuses`` as far as known.
+    RECEIPT_IDs ``ids`` (namespace, identifier), its tokens' ``statuses`` as far as known,
+    its document signed with ``key`` as ``issuer`` (``kuitti.signatures``).
 
     The one builder of a receipt's rows: the batch inserts them as they are, ``_store`` as
     models, before it adds what only some receipts need."""
     doc = request.receipt
     receipt_id = new_id()
     shareable = {(t.namespace, t.value) for t in request.tokens if t.shareable}
+    document = orjson.dumps(request.document)
     return ReceiptRows(
         receipt={
             "id": receipt_id,
             "partner_id": poster.id,
-            "document": orjson.dumps(request.document),  # UTF8Text: bytes go in as they are
+            "document": document,  # UTF8Text: bytes go in as they are
+            "signature": signatures.sign(
+                key, document, receipt_id=receipt_id, partner_id=poster.id, issuer=issuer, now=now
+            ),
             "document_hash": request.resend_hash,
             "receipt_number": doc.receiptNumber,
             "receipt_time": doc.receipt_time,
@@ -321,11 +332,13 @@ class Prepared:
         return check_body(self.body, self.holder)
 
 
-def prepare_posting(settings: Settings, posting: Posting, body: bytes) -> Prepared:
+def prepare_posting(
+    settings: Settings, posting: Posting, body: bytes, key: signatures.LoadedKey
+) -> Prepared:
     """``create_receipts``' work for ``posting`` that needs no database (``body`` is the one it
-    was validated from)."""
+    was validated from; ``key`` signs its receipt)."""
     ids = _receipt_ids(posting.request)
-    rows = _plain_rows(settings, posting, ids)
+    rows = _plain_rows(settings, posting, ids, key)
     return Prepared(
         holder=posting.holder,
         now=posting.now,
@@ -452,7 +465,7 @@ def _taken(
 
 
 def _plain_rows(
-    settings: Settings, posting: Posting, ids: list[tuple[str, str]]
+    settings: Settings, posting: Posting, ids: list[tuple[str, str]], key: signatures.LoadedKey
 ) -> PlainRows | None:
     """The rows of ``posting`` (whose RECEIPT_IDs are ``ids``) if it needs nothing but rows of
     its own; None otherwise."""
@@ -465,7 +478,7 @@ def _plain_rows(
     ):
         return None
     statuses = [TokenStatus(TokenType.RECEIPT_ID, Status.LINK_CREATED) for _ in ids]
-    rows = receipt_rows(holder, request, ids, statuses, now=now)
+    rows = receipt_rows(holder, request, ids, statuses, now=now, key=key, issuer=settings.issuer)
     receipt_id = rows.receipt["id"]
     body = CreatedReceipt(
         receipt_id=receipt_id,
