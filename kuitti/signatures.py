@@ -20,7 +20,6 @@ stays published, marked retired, for ``RETENTION``.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -52,9 +51,7 @@ TYP = "receipt+jws"
 RETENTION = timedelta(days=8 * 366)
 JWKS_PATH = "/.well-known/receipt-signing-keys.json"
 SIGNED_MEDIA_TYPE = "application/jose+json"
-# How long a process signs with the key it loaded before it asks again which key signs: a
-# rotation reaches every instance within this time (the retired key still verifies).
-REFRESH_SECONDS = 60.0
+SIGNATURE_HEADER = "Receipt-Signature"  # service_json's answer: the detached JWS
 
 
 class _Registry(JWSRegistry):
@@ -80,7 +77,6 @@ class LoadedKey:
 
     kid: str
     private: ECKey
-    loaded_at: float
 
 
 _opened: dict[str, ECKey] = {}  # private keys never change for a kid
@@ -126,7 +122,7 @@ def current_key(session: Session, box: SecretBox, *, now: datetime) -> LoadedKey
         private = ECKey.import_key(orjson.loads(box.open(row.private_jwk_sealed)))
         with _opened_lock:
             _opened[row.kid] = private
-    return LoadedKey(row.kid, private, time.monotonic())
+    return LoadedKey(row.kid, private)
 
 
 def _newest(session: Session) -> ReceiptSigningKey | None:
@@ -139,24 +135,33 @@ def _newest(session: Session) -> ReceiptSigningKey | None:
 
 
 class Signer:
-    """A process's signing key for the ingest writer's postings: loaded from the database (a
-    blocking call, ``load``) at most every ``REFRESH_SECONDS``, and used on the event loop."""
+    """A process's signing key for the ingest writer's postings, used on the event loop: loaded
+    from the database (a blocking call, ``load``) on first use and again after ``forget``. The
+    writer checks in its transaction that the key still signs (``signing_kid``); a posting
+    signed with a key rotated meanwhile is prepared again with the new one."""
 
     def __init__(self, db: Database, settings: Settings) -> None:
         self._db = db
         self._box = SecretBox(settings.resolved_secret_key)
-        self._key: LoadedKey | None = None
-
-    def fresh(self) -> LoadedKey | None:
-        key = self._key
-        if key is None or time.monotonic() - key.loaded_at > REFRESH_SECONDS:
-            return None
-        return key
+        self.key: LoadedKey | None = None
 
     def load(self, now: datetime) -> LoadedKey:
         with self._db.session() as session:
-            self._key = current_key(session, self._box, now=now)
-        return self._key
+            self.key = current_key(session, self._box, now=now)
+        return self.key
+
+    def forget(self) -> None:
+        self.key = None
+
+
+def signing_kid(session: Session) -> str | None:
+    """The kid of the key that signs now (None before the first)."""
+    return session.scalar(
+        select(ReceiptSigningKey.kid)
+        .where(_signing())
+        .order_by(ReceiptSigningKey.created_at.desc(), ReceiptSigningKey.kid)
+        .limit(1)
+    )
 
 
 def sign(
@@ -305,15 +310,16 @@ def verify(document: bytes, signature: str, keys: dict[str, Any]) -> Verdict:
     return Verdict(VALID, "", header, key_status)
 
 
-def signed_document(document: bytes, signature: str, *, keys_url: str) -> bytes:
+def signed_document(document: bytes, signature: str) -> bytes:
     """A receipt and its signature as one document a person can save: the flattened JWS JSON
     serialization (RFC 7515 §7.2.2) with the unencoded payload (RFC 7797 §5) holding the
-    document's text, which any JOSE library verifies as it is; ``keys`` names where the keys
-    are published."""
+    document's text, which any JOSE library verifies as it is; ``keys`` names where the
+    signer's keys are published (a verifier decides for itself which keys it trusts)."""
     protected, _, sig = signature.partition("..")
+    issuer = orjson.loads(urlsafe_b64decode(protected.encode()))["iss"]
     text = document.decode("utf-8", errors="replace")
     return orjson.dumps(
-        {"protected": protected, "payload": text, "signature": sig, "keys": keys_url},
+        {"protected": protected, "payload": text, "signature": sig, "keys": issuer + JWKS_PATH},
         option=orjson.OPT_INDENT_2,
     )
 

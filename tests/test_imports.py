@@ -157,6 +157,7 @@ HTTP_MODULES = frozenset(
         "oauth.bearer",
         "partners.auth",
         "receipts.dry_run",
+        "receipts.verification",
         "users.sessions",
     }
 )

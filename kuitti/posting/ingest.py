@@ -110,10 +110,10 @@ class Ingest:
         """The status and body of the answer; a ``KuittiError`` for an error answer."""
         now = self.services.clock.now()
         digest = key_digest(authorization)
-        key = self.signer.fresh()
-        if key is None:
-            key = await anyio.to_thread.run_sync(self.signer.load, now)
         for attempt in range(ATTEMPTS):
+            key = self.signer.key
+            if key is None:
+                key = await anyio.to_thread.run_sync(self.signer.load, now)
             holder = None if attempt else self.key_holders.get(digest)
             looked_up = holder is None
             if holder is None:
@@ -125,14 +125,18 @@ class Ingest:
                     raise
                 continue  # answer only what a fresh lookup agrees with
             outcome = await self._write(prepared)
-            if outcome.stale:
+            if outcome.stale:  # its partner or the signing key changed: ask again
                 self.key_holders.forget(digest)
+                self.signer.forget()
                 continue
             if outcome.error is not None:
                 raise outcome.error
             assert outcome.answer is not None
             return outcome.answer
-        raise RuntimeError("the partner of this API key kept changing while the receipt was posted")
+        raise RuntimeError(
+            "the partner of this API key or the signing key kept changing while the receipt was "
+            "posted"
+        )
 
     async def _look_up(self, digest: str) -> KeyHolder:
         holder = await anyio.to_thread.run_sync(look_up_holder, self.services.db, digest)

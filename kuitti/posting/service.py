@@ -91,7 +91,8 @@ class Posting:
 @dataclass
 class Outcome:
     """What became of one posting: an answer, an error to answer with, or ``stale`` when its
-    partner changed since the request was validated (nothing was stored; validate again)."""
+    partner changed since the request was validated, or the key that signed its rows no longer
+    signs (nothing was stored; validate and sign again)."""
 
     answer: tuple[int, dict[str, Any]] | None = None
     error: Exception | None = None
@@ -321,6 +322,8 @@ class Prepared:
     receipt_ids: list[tuple[str, str]]
     """Its RECEIPT_ID tokens, as (namespace, identifier)."""
     rows: PlainRows | None
+    signed_by: str
+    """The kid of the key that signed its rows."""
     body: bytes
     validated: ReceiptRequest | None
     """The request, kept only when there are no rows."""
@@ -345,6 +348,7 @@ def prepare_posting(
         idempotency=posting.idempotency,
         receipt_ids=ids,
         rows=rows,
+        signed_by=key.kid,
         body=body,
         validated=posting.request if rows is None else None,
     )
@@ -358,10 +362,13 @@ def create_receipts(session: Session, settings: Settings, batch: list[Prepared])
     and roll back only its savepoint; any other error propagates, and the caller rolls the whole
     batch back (``kuitti.posting.ingest`` then writes each posting alone)."""
     holders = current_key_holders(session, {p.holder.key_digest for p in batch})
+    kid = signatures.signing_kid(session)
     outcomes = [Outcome() for _ in batch]
     current: list[int] = []
     for index, prepared in enumerate(batch):
-        if holders.get(prepared.holder.key_digest) != prepared.holder:
+        if holders.get(prepared.holder.key_digest) != prepared.holder or (
+            prepared.rows is not None and prepared.signed_by != kid
+        ):
             outcomes[index].stale = True
         else:
             current.append(index)

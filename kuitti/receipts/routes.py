@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
+from kuitti import signatures
 from kuitti.db import Database
 from kuitti.deps import get_services
 from kuitti.errors import ErrorDetail, InvalidRequest, KuittiError, NotFound, Unauthorized
@@ -412,6 +413,10 @@ def _answer(tag: str, rendered: Rendered) -> Response:
     headers = _answer_headers(tag)
     if rendered.media_type == "application/pdf":
         headers["Content-Disposition"] = f'inline; filename="{rendered.filename}"'
+    elif rendered.media_type == signatures.SIGNED_MEDIA_TYPE:
+        headers["Content-Disposition"] = f'attachment; filename="{rendered.filename}"'
+    if rendered.signature is not None:
+        headers[signatures.SIGNATURE_HEADER] = rendered.signature
     return Response(rendered.content, media_type=rendered.media_type, headers=headers)
 
 

@@ -95,5 +95,6 @@ def test_the_batch_and_create_receipt_store_the_same_rows(services: Services) ->
         keys = jwks(session, now=now)
         for receipt_id in (by_batch, by_model):
             receipt = session.get(Receipt, receipt_id)
-            assert receipt is not None and receipt.signature is not None
+            assert receipt is not None
+            assert receipt.signature is not None
             assert verify(receipt.document.encode(), receipt.signature, keys).valid
