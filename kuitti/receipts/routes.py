@@ -301,10 +301,23 @@ _MEDIA_TYPES = dict.fromkeys(row.media_type.partition(";")[0] for row in FORMATS
         "carries a strong `ETag`; send it back in `If-None-Match` to get 304 without a body."
     ),
     responses={
-        200: {"content": {media: {} for media in _MEDIA_TYPES}},
+        200: {
+            "content": {media: {} for media in _MEDIA_TYPES},
+            "headers": {
+                signatures.SIGNATURE_HEADER: {
+                    "description": "`service_json` only: the receipt's signature, a detached "
+                    "JWS (RFC 7515, RFC 7797) over exactly the bytes of the body; the keys are "
+                    f"published at `{signatures.JWKS_PATH}`.",
+                    "schema": {"type": "string"},
+                }
+            },
+        },
         304: {"description": "Not modified (If-None-Match matched the ETag)."},
         404: {"description": "No such receipt, or the caller may not see it."},
-        409: {"description": "finvoice_unavailable: the poster has no bank account (IBAN)."},
+        409: {
+            "description": "finvoice_unavailable: the poster has no bank account (IBAN); "
+            "receipt_not_signed: `signed_json` of a receipt the backfill has not signed yet."
+        },
     },
     openapi_extra=_READ_PARAMETERS,
 )
