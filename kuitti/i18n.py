@@ -203,7 +203,13 @@ _MESSAGES: dict[str, tuple[str, str, str]] = {
         "Inget signerat kvitto hittades med denna kod.",
         "No signed receipt matches this code.",
     ),
-    "verified": ("allekirjoitettu, tarkistettu", "signerat, kontrollerat", "signed, verified"),
+    "signature": ("Allekirjoitus", "Signatur", "Signature"),
+    "signature.by": ("Allekirjoittanut", "Signerat av", "Signed by"),
+    "signature.how": (
+        "Tarkista kuitin aitous lukemalla QR-koodi tai avaamalla osoite:",
+        "Kontrollera kvittots äkthet genom att skanna QR-koden eller öppna adressen:",
+        "Check that this receipt is genuine: scan the QR code or open",
+    ),
 }
 
 _INDEX = {Language.FI: 0, Language.SV: 1, Language.EN: 2}

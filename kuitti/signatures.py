@@ -19,6 +19,8 @@ stays published, marked retired, for ``RETENTION``.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import threading
 import uuid
 from dataclasses import dataclass
@@ -52,6 +54,9 @@ RETENTION = timedelta(days=8 * 366)
 JWKS_PATH = "/.well-known/receipt-signing-keys.json"
 SIGNED_MEDIA_TYPE = "application/jose+json"
 SIGNATURE_HEADER = "Receipt-Signature"  # service_json's answer: the detached JWS
+VERIFY_PATH = "/verify"
+SIGNED_FILE = "receipt.signed.json"  # a receipt PDF's attachment: its signed_json
+FINGERPRINT_CHARS = 12
 
 
 class _Registry(JWSRegistry):
@@ -244,6 +249,24 @@ def _published(row: ReceiptSigningKey) -> dict[str, Any]:
     return jwk
 
 
+def fingerprint(document: bytes) -> str:
+    """The short hash of a document that a receipt's QR code carries beside its id."""
+    digest = hashlib.sha256(document).digest()
+    return base64.urlsafe_b64encode(digest).decode()[:FINGERPRINT_CHARS]
+
+
+def signed_header(signature: str) -> dict[str, Any]:
+    """The protected header of a detached JWS made by ``sign``."""
+    header: dict[str, Any] = orjson.loads(urlsafe_b64decode(signature.partition(".")[0].encode()))
+    return header
+
+
+def verification_url(document: bytes, signature: str) -> str:
+    """The short URL of the public page that checks this receipt (its QR code)."""
+    header = signed_header(signature)
+    return f"{header['iss']}{VERIFY_PATH}?r={header['receipt_id']}&h={fingerprint(document)}"
+
+
 # --- verification ------------------------------------------------------------------------------
 
 VALID = "valid"
@@ -316,7 +339,7 @@ def signed_document(document: bytes, signature: str) -> bytes:
     document's text, which any JOSE library verifies as it is; ``keys`` names where the
     signer's keys are published (a verifier decides for itself which keys it trusts)."""
     protected, _, sig = signature.partition("..")
-    issuer = orjson.loads(urlsafe_b64decode(protected.encode()))["iss"]
+    issuer = signed_header(signature)["iss"]
     text = document.decode("utf-8", errors="replace")
     return orjson.dumps(
         {"protected": protected, "payload": text, "signature": sig, "keys": issuer + JWKS_PATH},
@@ -325,7 +348,7 @@ def signed_document(document: bytes, signature: str) -> bytes:
 
 
 def verify_saved(saved: bytes, keys: dict[str, Any]) -> tuple[Verdict, bytes | None]:
-    """``verify`` for a saved document (``signed_document``): the verdict and the document."""
+    """``verify`` for a saved receipt (``signed_document``): the verdict and the document."""
     try:
         data = orjson.loads(saved)
         document = data["payload"].encode("utf-8")

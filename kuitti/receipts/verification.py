@@ -5,8 +5,6 @@ opens the short URL of a receipt PDF's QR code, and sees whether it is genuine
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import uuid
 from typing import Any
 
@@ -26,19 +24,8 @@ from kuitti.web import CSRF_FIELD, check_csrf, render
 
 router = APIRouter(tags=["signatures"])
 
-VERIFY_PATH = "/verify"
+VERIFY_PATH = signatures.VERIFY_PATH
 SAVED_MAX_BYTES = 2 * 1024 * 1024  # a saved receipt: the largest post and its signature
-FINGERPRINT_CHARS = 12
-
-
-def fingerprint(document: bytes) -> str:
-    """The short hash of a document that a receipt's QR code carries beside its id."""
-    digest = hashlib.sha256(document).digest()
-    return base64.urlsafe_b64encode(digest).decode()[:FINGERPRINT_CHARS]
-
-
-def verification_url(base_url: str, receipt_id: uuid.UUID, document: bytes) -> str:
-    return f"{base_url}{VERIFY_PATH}?r={receipt_id}&h={fingerprint(document)}"
 
 
 def published_keys(services: Services) -> dict[str, Any]:
@@ -117,7 +104,7 @@ def verify_page(request: Request, services: ServicesDep) -> Response:
         receipt = session.get(Receipt, wanted)
         document = receipt.document.encode() if receipt is not None else b""
         signature = receipt.signature if receipt is not None else None
-    if signature is None or fingerprint(document) != short:
+    if signature is None or signatures.fingerprint(document) != short:
         return _page(request, language, {"status": "not_found"}, 404)
     verdict = signatures.verify(document, signature, keys)
     return _page(request, language, {**verdict.as_json(), "stored": True})

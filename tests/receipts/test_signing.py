@@ -15,7 +15,6 @@ from sqlalchemy import update
 from kuitti import signatures
 from kuitti.clock import FrozenClock
 from kuitti.models import Receipt
-from kuitti.receipts.verification import fingerprint
 from kuitti.services import Services
 from tests.factories import auth, make_partner, receipt_doc
 from tests.test_cli import run, run_json
@@ -231,7 +230,7 @@ def test_the_verify_page(client: httpx.Client, services: Services) -> None:
     assert forged.status_code == 403  # no CSRF token: nothing checked
 
     document = read(client, merchant.api_key, receipt_id, "service_json").content
-    path = f"/verify?r={receipt_id}&h={fingerprint(document)}&lang=en"
+    path = f"/verify?r={receipt_id}&h={signatures.fingerprint(document)}&lang=en"
     scanned = client.get(path)
     assert scanned.status_code == 200
     assert "kuitti holds this receipt unchanged" in scanned.text

@@ -4,6 +4,7 @@ gives partners."""
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 import subprocess
@@ -14,10 +15,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from pypdf import PdfReader
 
 from kuitti import signatures
 from kuitti.services import Services
 from tests.factories import auth, make_partner, receipt_doc
+from tests.receipts.formats.support import decoded_codes, pdf_pages_png, pdf_text
+from tests.test_cli import run
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "docs" / "signing-vectors.json"
@@ -126,3 +130,37 @@ def test_receipts_posted_today_verify_anywhere_and_a_changed_byte_nowhere(
             "jwcrypto": False,
             "jose": False,
         }
+
+
+def test_a_receipt_pdf_carries_its_signature_and_the_qr_code_of_its_check(
+    client: httpx.Client, services: Services, verifiers: dict[str, list[str]], tmp_path: Path
+) -> None:
+    merchant = make_partner(services)
+    answer = client.post("/api/v1/receipts/", json=receipt_doc(), headers=auth(merchant.api_key))
+    assert answer.status_code == 200, answer.text
+    receipt_id = answer.json()["receipt_id"]
+    keys = client.get(signatures.JWKS_PATH).json()
+    for layout in ("a4", "roll"):
+        pdf = client.get(
+            f"/api/v1/receipts/{receipt_id}/service_pdf/?layout={layout}&lang=fi",
+            headers=auth(merchant.api_key),
+        ).content
+        attached = PdfReader(io.BytesIO(pdf)).attachments[signatures.SIGNED_FILE][0]
+        assert signatures.verify_saved(attached, keys)[0].valid
+        assert independent_verdicts(verifiers, attached, keys, tmp_path) == {
+            "jwcrypto": True,
+            "jose": True,
+        }
+        pdf_file, keys_file = tmp_path / f"{layout}.pdf", tmp_path / "published.json"
+        pdf_file.write_bytes(pdf)
+        keys_file.write_bytes(orjson.dumps(keys))
+        checked = run(services, "receipts", "verify", str(pdf_file), "--keys", str(keys_file))
+        assert checked.exit_code == 0, checked.output
+        assert "Allekirjoittanut" in pdf_text(pdf)
+        urls = [text for _, text in decoded_codes(pdf_pages_png(pdf, f"signed-{layout}"))]
+        document = client.get(
+            f"/api/v1/receipts/{receipt_id}/service_json/", headers=auth(merchant.api_key)
+        ).content
+        wanted = f"/verify?r={receipt_id}&h={signatures.fingerprint(document)}"
+        assert [url for url in urls if url.endswith(wanted)] == [services.settings.issuer + wanted]
+        assert "kuitti holds this receipt unchanged" in client.get(wanted + "&lang=en").text

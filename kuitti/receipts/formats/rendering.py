@@ -40,7 +40,7 @@ from kuitti.receipts.relations import NO_RELATIONS, Related, Relations, relation
 from kuitti.receipts.view import build_view, parse_document, relation_lines
 
 # Bump when a renderer's output changes, so ETags and cached bytes change with it.
-RENDERER_VERSION = "1"
+RENDERER_VERSION = "2"
 CACHE_MAX_ENTRIES = 512
 CACHE_MAX_BYTES = 64 * 1024 * 1024
 
@@ -223,12 +223,21 @@ def _service_pdf(
     receipt: Receipt, _poster: Partner, layout: Layout, locale: str, relations: Relations
 ) -> bytes:
     view = build_view(parse_document(receipt.document), locale=locale, relations=relations)
+    document = _utf8(receipt.document)
+    signed = None
+    if receipt.signature is not None:
+        signed = service_pdf.SignedPart(
+            saved=signatures.signed_document(document, receipt.signature),
+            issuer=signatures.signed_header(receipt.signature)["iss"],
+            verify_url=signatures.verification_url(document, receipt.signature),
+        )
     return service_pdf.render_service_pdf(
         view,
         layout=layout,
-        document_json=_utf8(receipt.document),
+        document_json=document,
         identity=f"{receipt.id}/{DataFormat.SERVICE_PDF.value}/{layout.value}/{locale}",
         test_mark=receipt.sandbox,
+        signed=signed,
     )
 
 
