@@ -236,3 +236,26 @@ def test_the_verify_page(client: httpx.Client, services: Services) -> None:
     assert "kuitti holds this receipt unchanged" in scanned.text
     wrong = client.get(f"/verify?r={receipt_id}&h=AAAAAAAAAAAA")
     assert wrong.status_code == 404
+
+
+def test_the_link_page_says_who_signed_the_receipt_only_while_it_verifies(
+    client: httpx.Client, services: Services
+) -> None:
+    merchant = make_partner(services)
+    answer = client.post(LIST, json=receipt_doc(), headers=auth(merchant.api_key))
+    assert answer.status_code == 200, answer.text
+    page_url = answer.json()["receipt_web_url"]
+    issuer = services.settings.issuer
+    for lang, wanted in (
+        ("fi", f"Allekirjoittanut {issuer}, tarkistettu"),
+        ("sv", f"Signerat av {issuer}, kontrollerat"),
+        ("en", f"Signed by {issuer}, verified"),
+    ):
+        page = client.get(page_url, params={"lang": lang})
+        assert page.status_code == 200
+        assert wanted in page.text
+    with services.db.session() as session:
+        receipt = session.get(Receipt, uuid.UUID(answer.json()["receipt_id"]))
+        assert receipt is not None
+        receipt.document = receipt.document.replace("Kahvi", "Kahwi")
+    assert "verified" not in client.get(page_url, params={"lang": "en"}).text
