@@ -28,6 +28,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import ECKey
@@ -47,6 +50,7 @@ from kuitti.security import SecretBox
 ALGORITHM = "ES256"
 ALLOWED = (ALGORITHM,)
 CURVE = "P-256"
+_ECDSA = ec.ECDSA(hashes.SHA256())
 TYP = "receipt+jws"
 # Finnish bookkeeping keeps vouchers about six years after the financial year: eight years
 # covers the longest case with a margin.
@@ -178,7 +182,13 @@ def sign(
     issuer: str,
     now: datetime,
 ) -> str:
-    """The detached JWS of ``document`` (``header..signature``)."""
+    """The detached JWS of ``document`` (``header..signature``).
+
+    The signing input and the signature are made here with ``cryptography`` rather than by
+    joserfc's ``serialize_compact``: the same bytes, for about two thirds of the CPU (60 against
+    88 µs on a 60-row receipt, ``bench/signing.py``), which keeps signing clear of its 0.1 ms
+    goal on a busy machine. Verification stays joserfc's (``verify``), and the tests check
+    every signature with joserfc, jwcrypto and Node's jose."""
     header = {
         "alg": ALGORITHM,
         "b64": False,
@@ -190,9 +200,13 @@ def sign(
         "receipt_id": str(receipt_id),
         "partner_id": str(partner_id),
     }
-    return jws.detach_content(
-        jws.serialize_compact(header, document, key.private, registry=REGISTRY)
-    )
+    protected = base64.urlsafe_b64encode(orjson.dumps(header)).rstrip(b"=")
+    private = key.private.private_key
+    assert private is not None  # a LoadedKey holds a private key
+    der = private.sign(protected + b"." + document, _ECDSA)
+    r, s = decode_dss_signature(der)
+    raw = r.to_bytes(32, "big") + s.to_bytes(32, "big")  # JWA §3.4: R || S, 32 bytes each
+    return f"{protected.decode()}..{base64.urlsafe_b64encode(raw).rstrip(b'=').decode()}"
 
 
 def sign_existing(
