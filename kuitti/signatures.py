@@ -45,9 +45,9 @@ from kuitti.clock import iso_utc
 from kuitti.config import Settings
 from kuitti.db import Database
 from kuitti.models import Receipt, ReceiptSigningKey
-from kuitti.security import SecretBox
+from kuitti.security import ES256, SecretBox, new_es256_key, open_key
 
-ALGORITHM = "ES256"
+ALGORITHM = ES256
 ALLOWED = (ALGORITHM,)
 CURVE = "P-256"
 _ECDSA = ec.ECDSA(hashes.SHA256())
@@ -93,12 +93,12 @@ _opened_lock = threading.Lock()
 
 
 def create_key(session: Session, box: SecretBox, *, now: datetime) -> ReceiptSigningKey:
-    key = ECKey.generate_key(CURVE, auto_kid=True)  # kid: the RFC 7638 thumbprint
+    key = new_es256_key(box)
     row = ReceiptSigningKey(
         kid=key.kid,
         algorithm=ALGORITHM,
-        public_jwk={**key.as_dict(private=False), "alg": ALGORITHM, "use": "sig"},
-        private_jwk_sealed=box.seal(orjson.dumps(key.as_dict(private=True)).decode()),
+        public_jwk=key.public_jwk,
+        private_jwk_sealed=key.private_jwk_sealed,
         created_at=now,
     )
     session.add(row)
@@ -128,7 +128,7 @@ def current_key(session: Session, box: SecretBox, *, now: datetime) -> LoadedKey
     with _opened_lock:
         private = _opened.get(row.kid)
     if private is None:
-        private = ECKey.import_key(orjson.loads(box.open(row.private_jwk_sealed)))
+        private = open_key(box, row.private_jwk_sealed)
         with _opened_lock:
             _opened[row.kid] = private
     return LoadedKey(row.kid, private)
