@@ -83,6 +83,15 @@ class SealedKey:
     public_jwk: dict[str, Any]
     private_jwk_sealed: str
 
+    def columns(self) -> dict[str, Any]:
+        """The columns of a key table's row (``kid``, ``algorithm``, the two JWKs)."""
+        return {
+            "kid": self.kid,
+            "algorithm": ES256,
+            "public_jwk": self.public_jwk,
+            "private_jwk_sealed": self.private_jwk_sealed,
+        }
+
 
 def new_es256_key(box: SecretBox) -> SealedKey:
     key = ECKey.generate_key("P-256", auto_kid=True)

@@ -93,14 +93,7 @@ _opened_lock = threading.Lock()
 
 
 def create_key(session: Session, box: SecretBox, *, now: datetime) -> ReceiptSigningKey:
-    key = new_es256_key(box)
-    row = ReceiptSigningKey(
-        kid=key.kid,
-        algorithm=ALGORITHM,
-        public_jwk=key.public_jwk,
-        private_jwk_sealed=key.private_jwk_sealed,
-        created_at=now,
-    )
+    row = ReceiptSigningKey(**new_es256_key(box).columns(), created_at=now)
     session.add(row)
     session.flush()
     return row

@@ -27,14 +27,7 @@ _cache_lock = threading.Lock()
 
 
 def create_key(session: Session, box: SecretBox, *, now: datetime) -> SigningKey:
-    key = new_es256_key(box)
-    row = SigningKey(
-        kid=key.kid,
-        algorithm=ALGORITHM,
-        public_jwk=key.public_jwk,
-        private_jwk_sealed=key.private_jwk_sealed,
-        created_at=now,
-    )
+    row = SigningKey(**new_es256_key(box).columns(), created_at=now)
     session.add(row)
     session.flush()
     return row
