@@ -148,9 +148,12 @@ class Signer:
         self.key: LoadedKey | None = None
 
     def load(self, now: datetime) -> LoadedKey:
+        """Runs in a thread: the key it returns is its own, whatever ``forget`` does meanwhile
+        on the event loop."""
         with self._db.session() as session:
-            self.key = current_key(session, self._box, now=now)
-        return self.key
+            key = current_key(session, self._box, now=now)
+        self.key = key
+        return key
 
     def forget(self) -> None:
         self.key = None
