@@ -75,6 +75,9 @@ sys.path.insert(0, str(ROOT))
 from kuitti.asgi import RUN_WORKER_ENV  # noqa: E402
 from tests.factories import card_payment, product_row, receipt_doc  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from signing import kuitti_figures, stored_documents  # noqa: E402  (bench/signing.py)
+
 PG_ADMIN_URL = os.environ.get(
     "KUITTI_TEST_POSTGRES_URL", "postgresql://kuitti:kuitti@127.0.0.1:5432/postgres"
 )
@@ -639,6 +642,7 @@ WHAT_IF = {
     "without_either": "neither",
     "without_commit_wait": "early answer",
     "without_post": "framework only",
+    "without_signing": "no signing",
 }
 """``bench/what_if.py``'s factories and their labels."""
 
@@ -723,8 +727,13 @@ def main() -> None:
         "--what-if",
         action="store_true",
         help="also kuitti without the writer, without Pydantic's models, without either, "
-        "answering before the commit, and with nothing but the framework (bench/what_if.py): "
-        "what each part costs a served post",
+        "answering before the commit, without signing, and with nothing but the framework "
+        "(bench/what_if.py): what each part costs a served post",
+    )
+    parser.add_argument(
+        "--signing",
+        action="store_true",
+        help="also kuitti without signing (bench/what_if.py): what signing costs a served post",
     )
     args = parser.parse_args()
     if not shutil.which("wrk"):
@@ -741,6 +750,11 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
         f"Python {platform.python_version()} from {sys.base_prefix}"
     )
+    sign, verify = kuitti_figures(stored_documents(bodies))
+    print(
+        f"signing (bench/signing.py, in this process): {sign:.1f} µs CPU per receipt to sign "
+        f"(goal ≤ 100), {verify:.1f} µs to verify (goal ≤ 1000)"
+    )
     kinds = ["sqlite", "postgresql"] if args.database == "both" else [args.database]
     for workers in [int(w) for w in args.workers.split(",")]:
         with ExitStack() as stack:
@@ -755,7 +769,8 @@ def main() -> None:
                     )
                 )
             for kind in kinds:
-                for what_if in [None, *(WHAT_IF if args.what_if else ())]:
+                extra = WHAT_IF if args.what_if else ("without_signing",) if args.signing else ()
+                for what_if in [None, *extra]:
                     others.append(
                         stack.enter_context(kuitti_server(kind, bodies, workers, args, what_if))
                     )

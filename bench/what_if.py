@@ -14,6 +14,8 @@ Each function is an ASGI app factory for uvicorn (``--factory``), like
 - ``without_post``: the post is answered at once with a fresh id, the body read but neither
   parsed, validated nor stored, so what is left is the framework, the middleware and the answer
   (kuitti's floor, to hold beside the parse-only ceiling);
+- ``without_signing``: each receipt's signature is a constant instead of an ES256 JWS
+  (``kuitti.signatures.sign``), so the difference is what signing costs a served post;
 - ``without_commit_wait``: each post is answered as soon as it joins the writer's queue, and
   the writer stores it as usual afterwards (kuitti never answers before the commit: this only
   tells the writer's CPU apart from the clients' wait for it). If the writer cannot keep up, its
@@ -29,7 +31,7 @@ from typing import Any
 import orjson
 from fastapi import FastAPI
 
-from kuitti import links
+from kuitti import links, signatures
 from kuitti.asgi import app_from_environment
 from kuitti.config import Settings
 from kuitti.db import Database
@@ -106,6 +108,15 @@ async def _answer_unread(self: Ingest, body: bytes, **_headers: str | None) -> t
     outcome = _unstored_answer(self.services.settings)
     assert outcome.answer is not None
     return outcome.answer
+
+
+def _no_signature(*_args: object, **_named: object) -> str:
+    return "unsigned..bench"
+
+
+def without_signing() -> FastAPI:
+    _replace(signatures, "sign", _no_signature)
+    return app_from_environment()
 
 
 def without_post() -> FastAPI:

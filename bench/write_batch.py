@@ -36,6 +36,7 @@ from kuitti.partners.keys import holder_of_digest, key_digest  # noqa: E402
 from kuitti.posting.checks import check_body  # noqa: E402
 from kuitti.posting.ingest import write_batch  # noqa: E402
 from kuitti.posting.service import Posting, prepare_posting  # noqa: E402
+from kuitti.signatures import Signer  # noqa: E402
 
 
 def main() -> None:
@@ -53,12 +54,15 @@ def main() -> None:
             holder = holder_of_digest(session, digest)
         assert holder is not None
         now = services.clock.now()
+        key = Signer(services.db, services.settings).load(now)
         bodies = [
             json.dumps(realistic_receipt(rng, i, 60)).encode() for i in range(args.receipts + 200)
         ]
         # Validated and prepared as the event loop does, before the writer takes them.
         postings = [
-            prepare_posting(services.settings, Posting(holder, check_body(body, holder), now), body)
+            prepare_posting(
+                services.settings, Posting(holder, check_body(body, holder), now), body, key
+            )
             for body in bodies
         ]
         batches = [postings[i : i + args.batch] for i in range(0, len(postings), args.batch)]

@@ -38,6 +38,7 @@ from kuitti.paths import STATIC_DIR
 from kuitti.posting.ingest import Ingest
 from kuitti.receipts.dry_run import router as dry_run_router
 from kuitti.receipts.routes import router as receipts_router
+from kuitti.receipts.verification import router as verification_router
 from kuitti.replicas import ReadReplica
 from kuitti.responses import ORJSONResponse, error_response
 from kuitti.services import Services
@@ -53,6 +54,7 @@ ROUTERS = (
     oauth_router,
     users_router,
     cards_router,
+    verification_router,
 )
 
 

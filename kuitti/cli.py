@@ -60,7 +60,7 @@ COMMANDS = {
     "receipts": Command(
         "kuitti.receipts.cli",
         "receipts_app",
-        "Receipts: validate files offline, explain card-linking.",
+        "Receipts: validate files offline, explain card-linking, sign and verify.",
     ),
     "archive": Command(
         "kuitti.archive.cli",

@@ -159,6 +159,57 @@ _MESSAGES: dict[str, tuple[str, str, str]] = {
     "finvoice.reference": ("Myyjän viite", "Säljarens referens", "Seller's reference"),
     "finvoice.vat_number": ("ALV-numero", "Momsnummer", "VAT number"),
     "consumer": ("Kuluttaja", "Konsument", "Consumer"),
+    # the /verify page and the signature on receipts (kuitti.signatures)
+    "verify.title": ("Tarkista kuitti", "Kontrollera kvitto", "Verify a receipt"),
+    "verify.intro": (
+        "Lataa tai liitä tallennettu allekirjoitettu kuitti (signed_json).",
+        "Ladda upp eller klistra in ett sparat signerat kvitto (signed_json).",
+        "Upload or paste a saved signed receipt (signed_json).",
+    ),
+    "verify.file": ("Tiedosto", "Fil", "File"),
+    "verify.paste": ("tai liitä se tähän", "eller klistra in det här", "or paste it here"),
+    "verify.submit": ("Tarkista", "Kontrollera", "Verify"),
+    "verify.valid": (
+        "Aito: allekirjoitus täsmää.",
+        "Äkta: signaturen stämmer.",
+        "Genuine: the signature matches.",
+    ),
+    "verify.tampered": (
+        "Muutettu: kuitti tai sen allekirjoitus ei ole se, joka allekirjoitettiin.",
+        "Ändrat: kvittot eller dess signatur är inte det som signerades.",
+        "Tampered: the receipt or its signature is not what was signed.",
+    ),
+    "verify.unknown_key": (
+        "Tuntematon avain: kuittia ei ole allekirjoitettu julkaistulla avaimella.",
+        "Okänd nyckel: kvittot är inte signerat med en publicerad nyckel.",
+        "Unknown key: the receipt was not signed with a published key.",
+    ),
+    "verify.malformed": (
+        "Tämä ei ole allekirjoitettu kuitti.",
+        "Detta är inte ett signerat kvitto.",
+        "This is not a signed receipt.",
+    ),
+    "verify.signed_by": ("Allekirjoittanut", "Signerat av", "Signed by"),
+    "verify.receipt": ("Kuitti", "Kvitto", "Receipt"),
+    "verify.key": ("avain", "nyckel", "key"),
+    "verify.retired": ("avain poistettu käytöstä", "nyckeln pensionerad", "key retired"),
+    "verify.stored": (
+        "kuitti säilyttää tämän kuitin muuttumattomana.",
+        "kuitti förvarar detta kvitto oförändrat.",
+        "kuitti holds this receipt unchanged.",
+    ),
+    "verify.not_found": (
+        "Tällä tunnisteella ei löydy allekirjoitettua kuittia.",
+        "Inget signerat kvitto hittades med denna kod.",
+        "No signed receipt matches this code.",
+    ),
+    "signature": ("Allekirjoitus", "Signatur", "Signature"),
+    "signature.by": ("Allekirjoittanut", "Signerat av", "Signed by"),
+    "signature.how": (
+        "Tarkista kuitin aitous lukemalla QR-koodi tai avaamalla osoite:",
+        "Kontrollera kvittots äkthet genom att skanna QR-koden eller öppna adressen:",
+        "Check that this receipt is genuine: scan the QR code or open",
+    ),
 }
 
 _INDEX = {Language.FI: 0, Language.SV: 1, Language.EN: 2}

@@ -14,8 +14,12 @@ import base64
 import hashlib
 import hmac
 import secrets
+from dataclasses import dataclass
+from typing import Any
 
+import orjson
 from cryptography.fernet import Fernet, InvalidToken
+from joserfc.jwk import ECKey
 
 API_KEY_PREFIX = "kt_"
 SANDBOX_API_KEY_PREFIX = "kt_test_"  # a sandbox partner's key (docs/sandbox.md): visibly a test
@@ -65,6 +69,43 @@ class SecretBox:
             return self._fernet.decrypt(sealed.encode()).decode()
         except InvalidToken as exc:
             raise ValueError("sealed secret does not open with this server secret") from exc
+
+
+ES256 = "ES256"
+
+
+@dataclass(frozen=True)
+class SealedKey:
+    """A new ES256 (P-256) key pair as it is stored: its kid (the RFC 7638 thumbprint), its
+    public JWK, and its private JWK sealed with the server secret."""
+
+    kid: str
+    public_jwk: dict[str, Any]
+    private_jwk_sealed: str
+
+    def columns(self) -> dict[str, Any]:
+        """The columns of a key table's row (``kid``, ``algorithm``, the two JWKs)."""
+        return {
+            "kid": self.kid,
+            "algorithm": ES256,
+            "public_jwk": self.public_jwk,
+            "private_jwk_sealed": self.private_jwk_sealed,
+        }
+
+
+def new_es256_key(box: SecretBox) -> SealedKey:
+    key = ECKey.generate_key("P-256", auto_kid=True)
+    assert key.kid is not None
+    return SealedKey(
+        kid=key.kid,
+        public_jwk={**key.as_dict(private=False), "alg": ES256, "use": "sig"},
+        private_jwk_sealed=box.seal(orjson.dumps(key.as_dict(private=True)).decode()),
+    )
+
+
+def open_key(box: SecretBox, sealed: str) -> ECKey:
+    """The private key of ``SealedKey.private_jwk_sealed``."""
+    return ECKey.import_key(orjson.loads(box.open(sealed)))
 
 
 def sign(server_secret: str, purpose: str, message: bytes) -> bytes:

@@ -158,6 +158,7 @@ HTTP_MODULES = frozenset(
         "oauth.bearer",
         "partners.auth",
         "receipts.dry_run",
+        "receipts.verification",
         "users.sessions",
     }
 )

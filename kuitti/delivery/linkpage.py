@@ -7,12 +7,14 @@ import threading
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from fastapi import Request
 from sqlalchemy.orm import Session
 
+from kuitti import signatures
 from kuitti.delivery.texts import page_text
 from kuitti.i18n import LANGUAGE_NAMES, LANGUAGES, Language, negotiate_locale
 from kuitti.models import Receipt, ReceiptDelivery, User
@@ -156,4 +158,21 @@ def page_context(
         # A sandbox receipt: marked TEST, and nobody may import it.
         "sandbox": receipt.sandbox,
         "imported": imported and owned,
+        "signed": _signed(session, receipt, request.app.state.services.clock.now()),
+    }
+
+
+def _signed(session: Session, receipt: Receipt, now: datetime) -> dict[str, str] | None:
+    """Who signed the receipt and where anyone can check it, when its signature verifies
+    against the published keys (``kuitti.signatures``); None otherwise."""
+    if receipt.signature is None:
+        return None
+    document = receipt.document.encode("utf-8", errors="replace")
+    keys = signatures.jwks(session, now=now)
+    verdict = signatures.verify(document, receipt.signature, keys)
+    if not verdict.valid or verdict.header is None:
+        return None
+    return {
+        "issuer": str(verdict.header["iss"]),
+        "verify_url": signatures.verification_url(document, receipt.signature),
     }

@@ -28,6 +28,12 @@ _PAGE_MESSAGES: dict[str, tuple[str, str, str]] = {
         "This receipt is in your account.",
     ),
     "page.open_account": ("Avaa tilini", "Öppna mitt konto", "Open my account"),
+    "page.signed": (
+        "Allekirjoittanut {issuer}, tarkistettu",
+        "Signerat av {issuer}, kontrollerat",
+        "Signed by {issuer}, verified",
+    ),
+    "page.check_signature": ("Tarkista itse", "Kontrollera själv", "Check it yourself"),
     "page.test": (
         "Testikuitti, ei oikea ostos. Sitä ei voi tuoda tilille.",
         "Testkvitto, inte ett riktigt köp. Det kan inte importeras till ett konto.",

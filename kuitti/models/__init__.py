@@ -21,6 +21,7 @@ from kuitti.models.receipts import (
     ReceiptGrant,
     ReceiptLink,
 )
+from kuitti.models.signing import ReceiptSigningKey
 from kuitti.models.users import LoginThrottle, User, UserSession, UserToken
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "ReceiptDelivery",
     "ReceiptGrant",
     "ReceiptLink",
+    "ReceiptSigningKey",
     "SigningKey",
     "User",
     "UserSession",

@@ -67,6 +67,9 @@ class Receipt(Base):
     # Posted by a sandbox partner: never delivered to a person, deleted after
     # KUITTI_SANDBOX_RETENTION_DAYS (docs/sandbox.md).
     sandbox: Mapped[bool] = mapped_column(default=False)
+    # The detached JWS over ``document``'s UTF-8 bytes (``kuitti.signatures``), written with
+    # the receipt; empty only for a receipt stored before signing until the backfill signs it.
+    signature: Mapped[str | None] = mapped_column(Text, default=None)
 
 
 class ReceiptLink(Base):

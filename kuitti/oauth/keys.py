@@ -11,17 +11,15 @@ import threading
 from datetime import datetime
 from typing import Any
 
-import orjson
 from joserfc.jwk import ECKey
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kuitti import locks
 from kuitti.models import SigningKey
-from kuitti.security import SecretBox
+from kuitti.security import ES256, SecretBox, new_es256_key, open_key
 
-ALGORITHM = "ES256"
-CURVE = "P-256"
+ALGORITHM = ES256
 
 # Public keys never change for a kid, so a process may keep them.
 _public_cache: dict[str, ECKey] = {}
@@ -29,14 +27,7 @@ _cache_lock = threading.Lock()
 
 
 def create_key(session: Session, box: SecretBox, *, now: datetime) -> SigningKey:
-    key = ECKey.generate_key(CURVE, auto_kid=True)
-    row = SigningKey(
-        kid=key.kid,
-        algorithm=ALGORITHM,
-        public_jwk={**key.as_dict(private=False), "alg": ALGORITHM, "use": "sig"},
-        private_jwk_sealed=box.seal(orjson.dumps(key.as_dict(private=True)).decode()),
-        created_at=now,
-    )
+    row = SigningKey(**new_es256_key(box).columns(), created_at=now)
     session.add(row)
     session.flush()
     return row
@@ -48,7 +39,7 @@ def current_key(session: Session, box: SecretBox, *, now: datetime) -> tuple[str
     if row is None:
         locks.acquire(session, "oauth-signing-key")
         row = _newest(session) or create_key(session, box, now=now)
-    return row.kid, ECKey.import_key(orjson.loads(box.open(row.private_jwk_sealed)))
+    return row.kid, open_key(box, row.private_jwk_sealed)
 
 
 def _newest(session: Session) -> SigningKey | None:

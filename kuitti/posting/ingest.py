@@ -32,6 +32,7 @@ from datetime import datetime
 
 import anyio.to_thread
 
+from kuitti import signatures
 from kuitti.config import Settings
 from kuitti.db import Database
 from kuitti.errors import (
@@ -86,6 +87,7 @@ class Ingest:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.key_holders = KeyHolderCache()
+        self.signer = signatures.Signer(services.db, services.settings)
         self._waiting: list[tuple[Prepared, asyncio.Future[Outcome]]] = []
         self._writer: asyncio.Task[None] | None = None
         self._writing = 0
@@ -109,25 +111,32 @@ class Ingest:
         now = self.services.clock.now()
         digest = key_digest(authorization)
         for attempt in range(ATTEMPTS):
+            key = self.signer.key
+            if key is None:
+                key = await anyio.to_thread.run_sync(self.signer.load, now)
             holder = None if attempt else self.key_holders.get(digest)
             looked_up = holder is None
             if holder is None:
                 holder = await self._look_up(digest)
             try:
-                prepared = self._prepared(holder, body, content_type, idempotency_key, now)
+                prepared = self._prepared(holder, body, content_type, idempotency_key, now, key)
             except KuittiError:
                 if looked_up:
                     raise
                 continue  # answer only what a fresh lookup agrees with
             outcome = await self._write(prepared)
-            if outcome.stale:
+            if outcome.stale:  # its partner or the signing key changed: ask again
                 self.key_holders.forget(digest)
+                self.signer.forget()
                 continue
             if outcome.error is not None:
                 raise outcome.error
             assert outcome.answer is not None
             return outcome.answer
-        raise RuntimeError("the partner of this API key kept changing while the receipt was posted")
+        raise RuntimeError(
+            "the partner of this API key or the signing key kept changing while the receipt was "
+            "posted"
+        )
 
     async def _look_up(self, digest: str) -> KeyHolder:
         holder = await anyio.to_thread.run_sync(look_up_holder, self.services.db, digest)
@@ -144,11 +153,12 @@ class Ingest:
         content_type: str | None,
         idempotency_key: str | None,
         now: datetime,
+        key: signatures.LoadedKey,
     ) -> Prepared:
         """The post validated and its rows built; only what the writer needs outlives this call
         (``service.Prepared``)."""
         posting = _validated(holder, body, content_type, idempotency_key, now)
-        return prepare_posting(self.services.settings, posting, body)
+        return prepare_posting(self.services.settings, posting, body, key)
 
     async def _write(self, posting: Prepared) -> Outcome:
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()

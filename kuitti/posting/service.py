@@ -28,7 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from kuitti import links, locks
+from kuitti import links, locks, signatures
 from kuitti.cards.matching import card_payment_inserts, card_payment_rows
 from kuitti.config import Settings
 from kuitti.db import database_of
@@ -48,6 +48,7 @@ from kuitti.posting import returns
 from kuitti.posting.checks import LinkPlan, TokenCheck, check_body, check_tokens
 from kuitti.posting.tokens import Status, TokenStatus, deliver_tokens
 from kuitti.receipts.validation import ReceiptRequest, TokenType
+from kuitti.security import SecretBox
 
 
 @dataclass
@@ -90,7 +91,8 @@ class Posting:
 @dataclass
 class Outcome:
     """What became of one posting: an answer, an error to answer with, or ``stale`` when its
-    partner changed since the request was validated (nothing was stored; validate again)."""
+    partner changed since the request was validated, or the key that signed its rows no longer
+    signs (nothing was stored; validate and sign again)."""
 
     answer: tuple[int, dict[str, Any]] | None = None
     error: Exception | None = None
@@ -173,7 +175,10 @@ def _store(
 ) -> CreatedReceipt:
     """Store a new receipt's rows, then what only some receipts need: the link of a return to
     its original, and the deliveries of its tokens."""
-    rows = receipt_rows(partner, request, _receipt_ids(request), [], now=now)
+    key = signatures.current_key(session, SecretBox(settings.resolved_secret_key), now=now)
+    rows = receipt_rows(
+        partner, request, _receipt_ids(request), [], now=now, key=key, issuer=settings.issuer
+    )
     receipt = Receipt(**rows.receipt)
     session.add(receipt)
     session.add(ReceiptGrant(**rows.grant))
@@ -215,21 +220,28 @@ def receipt_rows(
     statuses: list[TokenStatus],
     *,
     now: datetime,
+    key: signatures.LoadedKey,
+    issuer: str,
 ) -> ReceiptRows:
     """The rows of a new receipt of ``request`` posted by ``poster``, linked under its
-    RECEIPT_IDs ``ids`` (namespace, identifier), its tokens' ``statuses`` as far as known.
+    RECEIPT_IDs ``ids`` (namespace, identifier), its tokens' ``statuses`` as far as known,
+    its document signed with ``key`` as ``issuer`` (``kuitti.signatures``).
 
     The one builder of a receipt's rows: the batch inserts them as they are, ``_store`` as
     models, before it adds what only some receipts need."""
     doc = request.receipt
     receipt_id = new_id()
     shareable = {(t.namespace, t.value) for t in request.tokens if t.shareable}
+    document = request.document_bytes()
     return ReceiptRows(
         receipt={
             "id": receipt_id,
             "partner_id": poster.id,
             # The bytes as posted (UTF8Text: bytes go in as they are), served as service_json.
-            "document": request.document_bytes(),
+            "document": document,
+            "signature": signatures.sign(
+                key, document, receipt_id=receipt_id, partner_id=poster.id, issuer=issuer, now=now
+            ),
             "document_hash": request.resend_hash,
             "receipt_number": doc.receiptNumber,
             "receipt_time": doc.receipt_time,
@@ -311,6 +323,8 @@ class Prepared:
     receipt_ids: list[tuple[str, str]]
     """Its RECEIPT_ID tokens, as (namespace, identifier)."""
     rows: PlainRows | None
+    signed_by: str
+    """The kid of the key that signed its rows."""
     body: bytes
     validated: ReceiptRequest | None
     """The request, kept only when there are no rows."""
@@ -322,17 +336,20 @@ class Prepared:
         return check_body(self.body, self.holder)
 
 
-def prepare_posting(settings: Settings, posting: Posting, body: bytes) -> Prepared:
+def prepare_posting(
+    settings: Settings, posting: Posting, body: bytes, key: signatures.LoadedKey
+) -> Prepared:
     """``create_receipts``' work for ``posting`` that needs no database (``body`` is the one it
-    was validated from)."""
+    was validated from; ``key`` signs its receipt)."""
     ids = _receipt_ids(posting.request)
-    rows = _plain_rows(settings, posting, ids)
+    rows = _plain_rows(settings, posting, ids, key)
     return Prepared(
         holder=posting.holder,
         now=posting.now,
         idempotency=posting.idempotency,
         receipt_ids=ids,
         rows=rows,
+        signed_by=key.kid,
         body=body,
         validated=posting.request if rows is None else None,
     )
@@ -346,10 +363,13 @@ def create_receipts(session: Session, settings: Settings, batch: list[Prepared])
     and roll back only its savepoint; any other error propagates, and the caller rolls the whole
     batch back (``kuitti.posting.ingest`` then writes each posting alone)."""
     holders = current_key_holders(session, {p.holder.key_digest for p in batch})
+    kid = signatures.signing_kid(session)
     outcomes = [Outcome() for _ in batch]
     current: list[int] = []
     for index, prepared in enumerate(batch):
-        if holders.get(prepared.holder.key_digest) != prepared.holder:
+        if holders.get(prepared.holder.key_digest) != prepared.holder or (
+            prepared.rows is not None and prepared.signed_by != kid
+        ):
             outcomes[index].stale = True
         else:
             current.append(index)
@@ -453,7 +473,7 @@ def _taken(
 
 
 def _plain_rows(
-    settings: Settings, posting: Posting, ids: list[tuple[str, str]]
+    settings: Settings, posting: Posting, ids: list[tuple[str, str]], key: signatures.LoadedKey
 ) -> PlainRows | None:
     """The rows of ``posting`` (whose RECEIPT_IDs are ``ids``) if it needs nothing but rows of
     its own; None otherwise."""
@@ -466,7 +486,7 @@ def _plain_rows(
     ):
         return None
     statuses = [TokenStatus(TokenType.RECEIPT_ID, Status.LINK_CREATED) for _ in ids]
-    rows = receipt_rows(holder, request, ids, statuses, now=now)
+    rows = receipt_rows(holder, request, ids, statuses, now=now, key=key, issuer=settings.issuer)
     receipt_id = rows.receipt["id"]
     body = CreatedReceipt(
         receipt_id=receipt_id,

@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
+from kuitti import signatures
 from kuitti.db import Database
 from kuitti.deps import get_services
 from kuitti.errors import (
@@ -389,11 +390,22 @@ _MEDIA_SCHEMAS: dict[str, dict[str, str]] = {
             "content": {
                 media: {"schema": _MEDIA_SCHEMAS.get(media, {"type": "string"})}
                 for media in _MEDIA_TYPES
-            }
+            },
+            "headers": {
+                signatures.SIGNATURE_HEADER: {
+                    "description": "`service_json` only: the receipt's signature, a detached "
+                    "JWS (RFC 7515, RFC 7797) over exactly the bytes of the body; the keys are "
+                    f"published at `{signatures.JWKS_PATH}`.",
+                    "schema": {"type": "string"},
+                }
+            },
         },
         304: {"description": "Not modified (If-None-Match matched the ETag)."},
         404: {"description": "No such receipt, or the caller may not see it."},
-        409: {"description": "finvoice_unavailable: the poster has no bank account (IBAN)."},
+        409: {
+            "description": "finvoice_unavailable: the poster has no bank account (IBAN); "
+            "receipt_not_signed: `signed_json` of a receipt the backfill has not signed yet."
+        },
     },
     openapi_extra=_READ_PARAMETERS,
 )
@@ -521,6 +533,10 @@ def _answer(tag: str, rendered: Rendered) -> Response:
     headers = _answer_headers(tag)
     if rendered.media_type == "application/pdf":
         headers["Content-Disposition"] = f'inline; filename="{rendered.filename}"'
+    elif rendered.media_type == signatures.SIGNED_MEDIA_TYPE:
+        headers["Content-Disposition"] = f'attachment; filename="{rendered.filename}"'
+    if rendered.signature is not None:
+        headers[signatures.SIGNATURE_HEADER] = rendered.signature
     return Response(rendered.content, media_type=rendered.media_type, headers=headers)
 
 

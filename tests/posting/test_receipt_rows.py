@@ -15,12 +15,13 @@ import orjson
 from sqlalchemy import Table, select
 
 from kuitti.db import Base
-from kuitti.models import Partner
+from kuitti.models import Partner, Receipt
 from kuitti.partners.keys import key_digest, look_up_holder
 from kuitti.posting.checks import check_body
 from kuitti.posting.ingest import write_batch
 from kuitti.posting.service import Posting, create_receipt, prepare_posting
 from kuitti.services import Services
+from kuitti.signatures import Signer, jwks, verify
 from tests.factories import make_partner, receipt_doc, token_body
 
 # Each table a new receipt writes, and how its rows name the receipt.
@@ -30,7 +31,9 @@ TABLES = {
     "receipt_links": "receipt_id",
     "card_payments": "receipt_id",
 }
-NEW_IDS = {"id", "receipt_id", "identifier", "payment_id"}
+# A signature names its receipt and ES256 signs with a random nonce: it differs by nature
+# (both are checked to verify).
+NEW_IDS = {"id", "receipt_id", "identifier", "payment_id", "signature"}
 
 
 def stored_rows(services: Services, receipt_id: uuid.UUID) -> dict[str, list[dict[str, Any]]]:
@@ -69,8 +72,9 @@ def test_the_batch_and_create_receipt_store_the_same_rows(services: Services) ->
         return orjson.dumps(token_body(doc, token))
 
     plain = body("till-1-0001")
+    key = Signer(services.db, services.settings).load(now)
     prepared = prepare_posting(
-        services.settings, Posting(holder, check_body(plain, holder), now), plain
+        services.settings, Posting(holder, check_body(plain, holder), now), plain, key
     )
     assert prepared.rows is not None  # stored by the batch's plain inserts
     [outcome] = write_batch(services.db, services.settings, [prepared])
@@ -87,3 +91,10 @@ def test_the_batch_and_create_receipt_store_the_same_rows(services: Services) ->
     batch_rows, model_rows = stored_rows(services, by_batch), stored_rows(services, by_model)
     assert all(batch_rows[name] for name in batch_rows), batch_rows  # every table has a row
     assert batch_rows == model_rows
+    with services.db.session(write=False) as session:
+        keys = jwks(session, now=now)
+        for receipt_id in (by_batch, by_model):
+            receipt = session.get(Receipt, receipt_id)
+            assert receipt is not None
+            assert receipt.signature is not None
+            assert verify(receipt.document.encode(), receipt.signature, keys).valid

@@ -26,6 +26,7 @@ from kuitti.posting.checks import check_body
 from kuitti.posting.ingest import write_batch
 from kuitti.posting.service import IdempotencyKey, Posting, prepare_posting
 from kuitti.services import Services
+from kuitti.signatures import Signer
 from tests.factories import auth, make_partner, receipt_doc, token_body
 
 NAMESPACES = 20
@@ -146,12 +147,13 @@ def test_the_duplicate_checks_search_the_primary_keys(
     holder = look_up_holder(services.db, key_digest(merchant.api_key))
     assert holder is not None
     batch = []
+    signing_key = Signer(services.db, services.settings).load(services.clock.now())
     for n, namespace in enumerate(namespaces[:3]):
         token = {"type": "RECEIPT_ID", "namespace": namespace, "value": f"till-new-{n + 2}"}
         body = orjson.dumps(token_body(receipt_doc(receiptNumber=f"B-{n}"), token))
         key = IdempotencyKey(f"pos-new-{n + 2}", "0" * 64)
         posting = Posting(holder, check_body(body, holder), services.clock.now(), key)
-        batch.append(prepare_posting(services.settings, posting, body))
+        batch.append(prepare_posting(services.settings, posting, body, signing_key))
     with statements_sent(services) as one_batch:
         outcomes = write_batch(services.db, services.settings, batch)
     assert [outcome.answer is not None for outcome in outcomes] == [True] * len(batch)

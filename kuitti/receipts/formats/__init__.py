@@ -16,6 +16,7 @@ class DataFormat(StrEnum):
     SERVICE_PDF = "service_pdf"
     FINVOICE_XML = "finvoice_xml"
     FINVOICE_PDF = "finvoice_pdf"
+    SIGNED_JSON = "signed_json"
 
 
 @dataclass(frozen=True)
@@ -23,10 +24,16 @@ class Rendered:
     content: bytes
     media_type: str
     filename: str = ""
+    signature: str | None = None
+    """The detached JWS of ``content`` (``service_json`` only; ``kuitti.signatures``)."""
 
 
 class FinvoiceUnavailable(Conflict):
     code = "finvoice_unavailable"
+
+
+class NotSignedYet(Conflict):
+    code = "receipt_not_signed"
 
 
 def safe_name(number: str) -> str:

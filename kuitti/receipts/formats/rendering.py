@@ -22,11 +22,13 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session
 
+from kuitti import signatures
 from kuitti.i18n import as_language
 from kuitti.models import Partner, Receipt
 from kuitti.receipts.formats import (
     DataFormat,
     FinvoiceUnavailable,
+    NotSignedYet,
     Rendered,
     finvoice_pdf,
     finvoice_xml,
@@ -38,7 +40,7 @@ from kuitti.receipts.relations import NO_RELATIONS, Related, Relations, relation
 from kuitti.receipts.view import build_view, parse_document, relation_lines
 
 # Bump when a renderer's output changes, so ETags and cached bytes change with it.
-RENDERER_VERSION = "1"
+RENDERER_VERSION = "2"
 CACHE_MAX_ENTRIES = 512
 CACHE_MAX_BYTES = 64 * 1024 * 1024
 
@@ -192,7 +194,8 @@ def _render(
     row = FORMATS[fmt]
     content = row.render(receipt, poster, layout, locale, relations)
     name = row.file_name.format(number=safe_name(receipt.receipt_number))
-    return Rendered(content, row.media_type, name)
+    signature = receipt.signature if fmt is DataFormat.SERVICE_JSON else None
+    return Rendered(content, row.media_type, name, signature)
 
 
 def _service_json(
@@ -201,16 +204,40 @@ def _service_json(
     return _utf8(receipt.document)
 
 
+def _signed_json(
+    receipt: Receipt, _poster: Partner, _layout: Layout, _locale: str, _relations: Relations
+) -> bytes:
+    return signatures.signed_document(_utf8(receipt.document), _signature(receipt))
+
+
+def _signature(receipt: Receipt) -> str:
+    if receipt.signature is None:
+        raise NotSignedYet(
+            "This receipt was stored before kuitti signed receipts and is not signed yet; the "
+            "operator signs it with `kuitti receipts sign-existing`."
+        )
+    return receipt.signature
+
+
 def _service_pdf(
     receipt: Receipt, _poster: Partner, layout: Layout, locale: str, relations: Relations
 ) -> bytes:
     view = build_view(parse_document(receipt.document), locale=locale, relations=relations)
+    document = _utf8(receipt.document)
+    signed = None
+    if receipt.signature is not None:
+        signed = service_pdf.SignedPart(
+            saved=signatures.signed_document(document, receipt.signature),
+            issuer=signatures.signed_header(receipt.signature)["iss"],
+            verify_url=signatures.verification_url(document, receipt.signature),
+        )
     return service_pdf.render_service_pdf(
         view,
         layout=layout,
-        document_json=_utf8(receipt.document),
+        document_json=document,
         identity=f"{receipt.id}/{DataFormat.SERVICE_PDF.value}/{layout.value}/{locale}",
         test_mark=receipt.sandbox,
+        signed=signed,
     )
 
 
@@ -284,6 +311,15 @@ FORMATS: dict[DataFormat, Format] = {
         "the Finvoice drawn as a Finnish invoice",
         _finvoice_pdf,
         lambda poster, _layout, locale: (*_account(poster), _language(locale)),
+    ),
+    DataFormat.SIGNED_JSON: Format(
+        signatures.SIGNED_MEDIA_TYPE,
+        "receipt-{number}.signed.json",
+        "the document and its signature as one JWS (RFC 7515 JSON, RFC 7797), to save and "
+        "verify anywhere",
+        _signed_json,
+        lambda _poster, _layout, _locale: (),
+        shows_relations=False,
     ),
 }
 """Every output format, in the order the API document lists them: adding a format is a row."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import assert_never
 
+from kuitti import signatures
 from kuitti.receipts.formats import pdfkit
 from kuitti.receipts.formats.codes import Symbology, code_modules
 from kuitti.receipts.formats.layout import Layout
@@ -96,9 +97,20 @@ def _flow(layout: Layout) -> Flow:
             assert_never(layout)
 
 
+@dataclass(frozen=True)
+class SignedPart:
+    """What a signed receipt's PDF carries of its signature."""
+
+    saved: bytes
+    """The receipt's ``signed_json``, embedded as ``signatures.SIGNED_FILE``."""
+    issuer: str
+    verify_url: str
+
+
 class _Writer:
-    def __init__(self, view: ReceiptView, layout: Layout) -> None:
+    def __init__(self, view: ReceiptView, layout: Layout, signed: SignedPart | None) -> None:
         self.view = view
+        self.signed = signed
         self.g = GEOMETRY[layout]
         self.flow = _flow(layout)
         self.t = view.label
@@ -515,6 +527,38 @@ class _Writer:
         for attachment in self.view.attachments:
             self.attachment(attachment)
 
+    # signature ---------------------------------------------------------------------------------
+
+    def signature(self, signed: SignedPart) -> None:
+        """The receipt's signature: who signed it, and a QR code of the page that checks it."""
+        g, flow = self.g, self.flow
+        self.heading(self.t("signature"))
+        modules = code_modules(Symbology.QR, signed.verify_url)
+        assert modules is not None  # a short URL always fits
+        module = min(2.0, flow.width / modules.width)
+        size = modules.width * module
+        text_x = flow.left if g.roll else flow.left + size + 14
+        width = flow.right - text_x
+        lines = [
+            (f"{self.t('signature.by')} {signed.issuer}", BOLD, g.body),
+            (self.t("signature.how"), REGULAR, g.small),
+            (signed.verify_url, MONO, g.small),
+        ]
+        block = Block()
+        y = 0.0
+        for text, font, font_size in lines:
+            for line in wrap(text, font, font_size, width, max_lines=4):
+                y += self.step(font_size)
+                block.text(text_x, y - font_size * 0.25, line, font, font_size)
+        if g.roll:
+            block.code(modules, flow.left + (flow.width - size) / 2, y + 4, module)
+            y += modules.total_height * module + 6
+        else:
+            block.code(modules, flow.left, 0, module)
+            y = max(y, modules.total_height * module)
+        block.grow(y + 8)
+        flow.place(block)
+
     # verifications -----------------------------------------------------------------------------
 
     def verification(self, verification: VerificationView) -> None:
@@ -567,6 +611,8 @@ class _Writer:
         self.texts()
         self.attachments()
         self.verifications()
+        if self.signed is not None:
+            self.signature(self.signed)
         return self.flow
 
 
@@ -577,10 +623,12 @@ def render_service_pdf(
     document_json: bytes,
     identity: str,
     test_mark: bool = False,
+    signed: SignedPart | None = None,
 ) -> bytes:
-    """The receipt PDF for ``view``; ``document_json`` is embedded as ``receipt.json``.
-    ``test_mark``: a sandbox receipt, marked TEST on every page."""
-    flow = _Writer(view, layout).build()
+    """The receipt PDF for ``view``; ``document_json`` is embedded as ``receipt.json``, and a
+    signed receipt's saved form as ``receipt.signed.json`` beside a QR code of the page that
+    checks it. ``test_mark``: a sandbox receipt, marked TEST on every page."""
+    flow = _Writer(view, layout, signed).build()
     created = view.receipt_time
     meta = Metadata(
         title=view.title,
@@ -599,6 +647,15 @@ def render_service_pdf(
             description="The receipt document (JSON) this PDF shows",
         )
     ]
+    if signed is not None:
+        embedded.append(
+            EmbeddedFile(
+                name=signatures.SIGNED_FILE,
+                content=signed.saved,
+                mime="application/jose+json",
+                description="The receipt and its signature (JWS): verify it anywhere",
+            )
+        )
     title = view.title
 
     def footer(number: int, total: int) -> str:

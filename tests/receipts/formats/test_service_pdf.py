@@ -172,7 +172,7 @@ class TestPdfA:
         assert meta.creation_date == datetime.fromisoformat(doc["receiptTimeStamp"])
         # The document carries its own data, byte for byte as posted.
         attachments = reader.attachments
-        assert list(attachments) == ["receipt.json"]
+        assert list(attachments) == ["receipt.json", "receipt.signed.json"]  # docs/signing.md
         assert json.loads(attachments["receipt.json"][0]) == doc
         root: Any = reader.trailer["/Root"]
         assert "/OutputIntents" in root
