@@ -189,12 +189,11 @@ def drop_expired_months(services: Services) -> list[str]:
         if not is_partitioned(session):
             return dropped
         months = [p for p in partitions(session, "receipts") if p.month is not None]
-    now = services.clock.now()
-    current = datetime.now(now.tzinfo)  # ids carry the system clock's time (kuitti.ids)
+    now = services.clock.now()  # the system clock in service, which the ids carry too
     for month in months:
         assert month.month is not None
         assert month.high is not None
-        if month.high.int >> 80 > current.timestamp() * 1000:
+        if month.high.int >> 80 > now.timestamp() * 1000:
             break
         with services.db.session() as session:
             if month_is_expired(session, month, now, services.settings):
