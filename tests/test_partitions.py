@@ -26,7 +26,6 @@ from kuitti.models import (
 from kuitti.partitions import (
     ensure_month_partitions,
     is_partitioned,
-    month_floor,
     partitions,
 )
 from kuitti.partners.service import NewPartner
