@@ -145,10 +145,9 @@ def test_retention_drops_an_expired_month_and_keeps_the_rest(
     long = make_partner(services, name="Pitka Oy")
     set_retention(services, short, 30)
     set_retention(services, long, 3650)
-    months = [date(2027, m, 1) for m in (1, 2, 3)]
     with services.db.session() as session:
-        for month in months:
-            ensure_month_partitions(session, month)
+        for number in (1, 2, 3):
+            ensure_month_partitions(session, date(2027, number, 1))
     receipts: dict[str, list[str]] = {"jan": [], "feb": [], "feb_long": [], "mar": []}
     for key, month, merchant in (
         ("jan", 1, short),
