@@ -221,6 +221,7 @@ def prepare_partitioning(engine: Engine, now: datetime) -> list[str]:
     with engine.connect() as connection:
         if is_partitioned(connection):
             return done
+        connection.commit()
         for table, key in PARTITIONED.items():
             check = legacy_check(table)
             with connection.begin():
@@ -250,6 +251,7 @@ def validate_foreign_keys(engine: Engine) -> list[str]:
                 " WHERE contype = 'f' AND NOT convalidated AND conparentid = 0"
             )
         ).all()
+        connection.commit()
         for table, name in pending:
             with connection.begin():
                 connection.execute(text(f"ALTER TABLE {table} VALIDATE CONSTRAINT {name}"))
