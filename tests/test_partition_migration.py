@@ -148,7 +148,8 @@ def test_0007_partitions_a_database_with_data_in_place(old_database: Database) -
     with pytest.raises(Exception, match="violates foreign key"), db.engine.begin() as connection:
         connection.execute(
             text(
-                "INSERT INTO receipt_links (namespace, identifier, receipt_id) VALUES ('kauppa', 'x', :r)"
+                "INSERT INTO receipt_links (namespace, identifier, receipt_id)"
+                " VALUES ('kauppa', 'x', :r)"
             ),
             {"r": uuid.UUID(int=later.int + 1)},
         )
