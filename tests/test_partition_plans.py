@@ -57,7 +57,7 @@ def test_a_months_clean_up_reads_index_ranges_of_the_unpartitioned_tables(
         (CardPaymentRecord, "uq_card_payments_receipt_index"),
         (ReceiptLink, "ix_receipt_links_receipt_id"),
     ):
-        column = model.receipt_id  # type: ignore[attr-defined]
+        column = model.receipt_id
         plan = explain_in_session(services.db, select(column).where(column >= low, column < high))
         assert [i for i, _table in scanned(plan)] == [index], plan
 
