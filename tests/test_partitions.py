@@ -31,6 +31,7 @@ from kuitti.partitions import (
 from kuitti.partners.service import NewPartner
 from kuitti.services import Services
 from tests.factories import auth, make_partner, receipt_doc, token_body
+from tests.test_cli import run, run_json
 
 LIST = "/api/v1/receipts/"
 postgres_only = pytest.mark.postgres_only
@@ -216,3 +217,30 @@ def test_retention_deletes_receipts_past_their_partners_retention(
     assert readable(client, default, kept_by_default) == 404
     assert count(services, ReceiptLink) == 0
     assert count(services, Receipt) == 2
+
+
+def test_a_partners_retention_is_set_and_cleared_on_the_command_line(services: Services) -> None:
+    merchant = make_partner(services)
+    pid = str(merchant.partner.id)
+    assert (
+        run_json(services, "partner", "update", pid, "--retention-days", "3650")["retention_days"]
+        == 3650
+    )
+    with services.db.session(write=False) as session:
+        assert session.get(Partner, merchant.partner.id).retention_days == 3650  # type: ignore[union-attr]
+    assert (
+        run_json(services, "partner", "update", pid, "--retention-days", "0")["retention_days"]
+        is None
+    )
+
+
+def test_db_partitions_lists_them_or_says_sqlite_has_none(services: Services) -> None:
+    if services.db.is_sqlite:
+        result = run(services, "db", "partitions")
+        assert result.exit_code == 2
+        assert "SQLite keeps plain tables" in result.output
+        return
+    data = run_json(services, "db", "partitions", "--ahead", "1")
+    names = [p["name"] for p in data["partitions"]["receipts"]]
+    assert names[-1] == "receipts_default"
+    assert set(data["partitions"]) == {"receipts", "receipt_grants", "receipt_deliveries"}
