@@ -18,6 +18,7 @@ Two ways, both run by the worker's hourly housekeeping:
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime, timedelta
 
@@ -120,20 +121,39 @@ def delete_expired_receipts(services: Services, limit: int = RECEIPT_BATCH) -> i
     return deleted
 
 
+def newest_receipt_times(session: Session, month: Partition) -> dict[str, str]:
+    """A past month's newest receipt time per partner (ISO text by partner id).
+
+    Read once, by one pass over the month, and kept as the partition's comment: a month that
+    has ended takes no more rows, and deletions only lower a maximum, so the figures stay a safe
+    bound while a longer retention holds the month for years, and the hourly round reads the
+    month no more."""
+    noted = session.execute(
+        text("SELECT obj_description(to_regclass(:name), 'pg_class')"), {"name": month.name}
+    ).scalar()
+    if noted:
+        return dict(json.loads(noted))
+    newest = {
+        str(partner_id): receipt_time.isoformat()
+        for partner_id, receipt_time in session.execute(
+            text(f"SELECT partner_id, max(receipt_time) FROM {month.name} GROUP BY partner_id")  # noqa: S608
+        )
+    }
+    comment = json.dumps(newest).replace("'", "''")
+    session.execute(text(f"COMMENT ON TABLE {month.name} IS '{comment}'"))
+    return newest
+
+
 def month_is_expired(session: Session, month: Partition, now: datetime, settings: Settings) -> bool:
-    """Whether every receipt in ``month`` (a partition of ``receipts``) is past its partner's
-    retention, and no grant in the month's partition belongs to an older receipt. Reads the
-    month once: its newest receipt time per partner."""
+    """Whether every receipt in ``month`` (a past partition of ``receipts``) is past its
+    partner's retention, and no grant in the month's partition belongs to an older receipt."""
     days = {
-        partner.id: retention_days(partner, settings)
+        str(partner.id): retention_days(partner, settings)
         for partner in session.scalars(select(Partner))
     }
-    newest = session.execute(
-        text(f"SELECT partner_id, max(receipt_time) FROM {month.name} GROUP BY partner_id")  # noqa: S608
-    ).all()
-    for partner_id, receipt_time in newest:
+    for partner_id, receipt_time in newest_receipt_times(session, month).items():
         kept = days.get(partner_id)
-        if kept is None or receipt_time >= now - timedelta(days=kept):
+        if kept is None or datetime.fromisoformat(receipt_time) >= now - timedelta(days=kept):
             return False
     grants = month.name.replace("receipts_", "receipt_grants_", 1)
     older = session.execute(

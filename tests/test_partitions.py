@@ -177,6 +177,12 @@ def test_retention_drops_an_expired_month_and_keeps_the_rest(
     assert "receipts_p202701" not in names  # dropped whole
     assert {"receipts_p202702", "receipts_p202703"} <= names  # held by a longer retention
     assert deleted["receipt_months"] >= 1  # January, and any earlier month left empty
+    # The held month was read once: its newest receipt time per partner is kept with it.
+    with services.db.session(write=False) as session:
+        noted = session.execute(
+            text("SELECT obj_description('receipts_p202702'::regclass, 'pg_class')")
+        ).scalar_one()
+    assert str(long.partner.id) in noted
     assert deleted["receipts"] == 3 + 3  # February's and March's of the short partner
     assert all(readable(client, long, r) == 200 for r in receipts["feb_long"])
     assert readable(client, short, recent) == 200
