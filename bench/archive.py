@@ -52,7 +52,7 @@ from kuitti.archive.restore import restore  # noqa: E402
 from kuitti.archive.tables import PARTS, RECEIPTS  # noqa: E402
 from kuitti.db import Database  # noqa: E402
 from kuitti.months import Month  # noqa: E402
-from kuitti.receipts.sandbox import delete_receipts  # noqa: E402
+from kuitti.retention import delete_receipts  # noqa: E402
 
 LEVELS = (3, 9, 19)
 

@@ -151,6 +151,17 @@ class Settings(BaseSettings):
         "across clients; beyond it, clients that missed in that minute get 429 on the "
         "namespace's links.",
     )
+    receipt_retention_days: int | None = Field(
+        None,
+        gt=0,
+        description="Days a receipt is kept after its receipt time, then deleted with "
+        "everything that refers to it (a partner's own retention overrides it); unset: kept.",
+    )
+    months_ahead: int = Field(
+        3,
+        ge=1,
+        description="PostgreSQL: months ahead for which the worker keeps partitions made.",
+    )
     sandbox_retention_days: int = Field(
         7, gt=0, description="Days a sandbox partner's receipt is kept before it is deleted."
     )

@@ -1,4 +1,5 @@
-"""``kuitti db upgrade``: apply the migrations.
+"""``kuitti db upgrade``: apply the migrations; ``kuitti db partitions``: PostgreSQL's monthly
+partitions (``kuitti.partitions``).
 
 A module of its own, so the command imports what migrating needs and not the application (the
 web app, the worker, PDF rendering: seconds of imports that a no-op upgrade was mostly made of).
@@ -6,10 +7,20 @@ web app, the worker, PDF rendering: seconds of imports that a no-op upgrade was 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Annotated
+
 import typer
 
-from kuitti.cli_helpers import open_database, settings_or_exit
+from kuitti.cli_helpers import JsonFlag, emit, fail, open_database, settings_or_exit
 from kuitti.dbmigrate import upgrade
+from kuitti.partitions import (
+    PARTITIONED,
+    ensure_partitions_ahead,
+    partition_summary,
+    prepare_partitioning,
+    validate_foreign_keys,
+)
 
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 
@@ -23,3 +34,48 @@ def db_upgrade() -> None:
     finally:
         db.dispose()
     typer.echo("database is at the newest revision")
+
+
+@db_app.command("partitions")
+def db_partitions(
+    ahead: Annotated[
+        int | None,
+        typer.Option(help="Make this month's partitions and those of N months after it."),
+    ] = None,
+    prepare: Annotated[
+        bool,
+        typer.Option(
+            help="Before migration 0007: add and validate the CHECK constraints that let it "
+            "attach the existing tables without reading them, while the service runs on."
+        ),
+    ] = False,
+    validate: Annotated[
+        bool,
+        typer.Option(help="After migration 0007: validate the foreign keys it left NOT VALID."),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """PostgreSQL's monthly partitions: list them (and make, prepare or validate)."""
+    db = open_database(settings_or_exit(), pool_size=1)
+    try:
+        if db.is_sqlite:
+            fail("SQLite keeps plain tables: there are no partitions")
+        done = []
+        if prepare:
+            done += prepare_partitioning(db.engine, datetime.now(UTC))
+        if validate:
+            done += validate_foreign_keys(db.engine)
+        if ahead is not None:
+            with db.engine.begin() as connection:
+                done += ensure_partitions_ahead(connection, datetime.now(UTC), ahead)
+        with db.engine.connect() as connection:
+            listed = {table: partition_summary(connection, table) for table in PARTITIONED}
+    finally:
+        db.dispose()
+    data = {"done": done, "partitions": listed}
+    lines = [f"{line}" for line in done] + [
+        f"{p['name']}  {p['from'] or 'MINVALUE'} .. {p['to'] or 'DEFAULT'}  ~{p['rows']} rows"
+        for table in listed.values()
+        for p in table
+    ]
+    emit(data, as_json, "\n".join(lines))

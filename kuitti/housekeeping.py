@@ -1,5 +1,6 @@
-"""Housekeeping the worker does every hour (``run_housekeeping``): rows past their retention are
-deleted, and SQLite's planner statistics are refreshed.
+"""Housekeeping the worker does every hour (``run_housekeeping``): on PostgreSQL the coming
+months' partitions are made (``kuitti.partitions``), rows past their retention are deleted
+(receipts by ``kuitti.retention``), and SQLite's planner statistics are refreshed.
 
 Retention (docs/operations.md, "Retention"), each a setting in days:
 
@@ -27,7 +28,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Select, delete, select, tuple_
 from sqlalchemy.orm import Session
@@ -36,6 +37,8 @@ from kuitti.dbmigrate import refresh_statistics
 from kuitti.logs import log
 from kuitti.models import IdempotencyRecord, MailMessage, WebhookAttempt, WebhookDelivery
 from kuitti.models.outbox import DeliveryStatus, MailStatus
+from kuitti.partitions import ensure_partitions_ahead
+from kuitti.retention import delete_expired_receipts, drop_expired_months
 from kuitti.services import Services
 
 HOUSEKEEPING_SECONDS = 3600.0
@@ -99,14 +102,18 @@ def delete_idempotency_records(session: Session, cutoff: datetime) -> int:
 
 
 def delete_expired(services: Services) -> dict[str, int]:
-    """Delete every row past its retention, a batch per transaction; how many of each kind."""
+    """Delete every row past its retention, a batch per transaction; how many of each kind.
+    Receipts first (``kuitti.retention``): on PostgreSQL whole months, then the rest."""
     settings, now = services.settings, services.clock.now()
     kinds: dict[str, tuple[Callable[[Session, datetime], int], int]] = {
         "webhook_deliveries": (delete_deliveries, settings.webhook_retention_days),
         "mail_messages": (delete_mail, settings.mail_retention_days),
         "idempotency_records": (delete_idempotency_records, settings.idempotency_retention_days),
     }
-    deleted = {}
+    deleted = {
+        "receipt_months": len(drop_expired_months(services)),
+        "receipts": delete_expired_receipts(services),
+    }
     for kind, (delete_batch, days) in kinds.items():
         cutoff = now - timedelta(days=days)
         deleted[kind] = 0
@@ -119,11 +126,21 @@ def delete_expired(services: Services) -> dict[str, int]:
     return deleted
 
 
+def make_partitions_ahead(services: Services) -> list[str]:
+    """PostgreSQL: this month's partitions and those of ``KUITTI_MONTHS_AHEAD`` months after
+    (``kuitti.partitions``); by the system clock, which the ids carry."""
+    with services.db.session() as session:
+        return ensure_partitions_ahead(session, datetime.now(UTC), services.settings.months_ahead)
+
+
 async def run_housekeeping(services: Services, stop: asyncio.Event) -> None:
     """``delete_expired`` and ``refresh_statistics`` at start and then every
     ``HOUSEKEEPING_SECONDS`` until ``stop`` is set."""
     while not stop.is_set():
         try:
+            made = await asyncio.to_thread(make_partitions_ahead, services)
+            if made:
+                log.info("partitions made", partitions=made)
             deleted = await asyncio.to_thread(delete_expired, services)
             if any(deleted.values()):
                 log.info("expired rows deleted", **deleted)

@@ -7,6 +7,7 @@ from sqlalchemy import create_engine
 
 import kuitti.models  # noqa: F401  (registers every table)
 from kuitti.db import Base
+from kuitti.partitions import compared
 
 config = context.config
 target_metadata = Base.metadata
@@ -28,6 +29,7 @@ def _run(connection: object) -> None:
         target_metadata=target_metadata,
         render_as_batch=True,
         compare_type=True,
+        include_object=compared,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -55,3 +55,17 @@ def _explain(db: Database, sql: str, values: Any) -> str:
     finally:
         connection.close()
     return "\n".join(lines)
+
+
+def index_and_partitions(db: Database, index: str) -> list[str]:
+    """``index`` and, on a partitioned PostgreSQL table, the index of each partition attached
+    to it (``kuitti.partitions``): the names a plan may read it by."""
+    if db.dialect != "postgresql":
+        return [index]
+    with db.engine.connect() as connection:
+        names = connection.exec_driver_sql(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = to_regclass(%(index)s)",
+            {"index": index},
+        ).scalars()
+        return [index, *names]

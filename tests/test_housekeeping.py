@@ -85,7 +85,13 @@ def test_finished_deliveries_and_mail_go_after_their_retention_pending_ones_stay
 
     deleted = delete_expired(services)
 
-    assert deleted == {"webhook_deliveries": 2, "mail_messages": 2, "idempotency_records": 0}
+    assert deleted == {
+        "receipt_months": 0,
+        "receipts": 0,
+        "webhook_deliveries": 2,
+        "mail_messages": 2,
+        "idempotency_records": 0,
+    }
     assert statuses(services, WebhookDelivery) == ["delivered", "failed", "pending", "pending"]
     assert statuses(services, MailMessage) == ["failed", "pending", "pending", "sent"]
     assert count(services, WebhookAttempt) == 4  # the deleted deliveries' attempts went with them

@@ -24,6 +24,7 @@ import itertools
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from kuitti.archive.fileformat import ArchiveError, ArchiveReader, Group, Row, v
 from kuitti.archive.tables import PART_BY_NAME, PARTS, RECEIPTS, type_name
 from kuitti.db import Database, table
 from kuitti.models import CardMatch, CardPurchase, ReceiptLink
-from kuitti.months import Month
+from kuitti.partitions import ensure_month_partitions, month_of_id
 
 BATCH = 500
 MAX_PROBLEMS = 20
@@ -174,12 +175,15 @@ def _schema_problems(reader: ArchiveReader) -> list[str]:
     return problems
 
 
-def ensure_partitions(db: Database, month: Month) -> None:
-    """The month's partitions, made before its rows go in (PostgreSQL).
-
-    partitions: the one call site of ``kuitti.partitions.ensure_month_partitions`` goes here
-    when that module is merged; until then the tables are not partitioned and nothing is
-    needed."""
+def ensure_partitions(session: Session, groups: list[Group], made: set[date]) -> None:
+    """The partitions that the batch's rows go to, made before they go in (PostgreSQL; a
+    no-op on SQLite). A row's partition is the month its id was made in, which a dropped
+    month's archive brings back; ``made`` holds the months already seen."""
+    ids = [group.receipt_id for group in groups]
+    ids += [row["id"] for group in groups for row in group.rows.get("receipt_grants", [])]
+    for month in {month_of_id(row_id) for row_id in ids} - made:
+        ensure_month_partitions(session, month)
+        made.add(month)
 
 
 def restore(db: Database, path: Path, *, batch: int = BATCH) -> dict[str, Any]:
@@ -202,7 +206,7 @@ def restore(db: Database, path: Path, *, batch: int = BATCH) -> dict[str, Any]:
                 break
     if problems:
         raise RestoreRefused(problems[:MAX_PROBLEMS])
-    ensure_partitions(db, month)
+    made: set[date] = set()
     outcome: dict[str, Any] = {
         "month": str(month),
         "restored": 0,
@@ -216,6 +220,7 @@ def restore(db: Database, path: Path, *, batch: int = BATCH) -> dict[str, Any]:
                 plan = _check(session, groups)
                 if plan.problems:
                     raise RestoreRefused(plan.problems)
+                ensure_partitions(session, plan.new, made)
                 for name, count in _write(session, plan, columns).items():
                     outcome["rows"][name] += count
             outcome["restored"] += len(plan.new)

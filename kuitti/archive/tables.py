@@ -71,9 +71,7 @@ PARTS: tuple[Part, ...] = (
     Part(table(ReceiptGrant), "receipt_id"),
     Part(table(ReceiptDelivery), "receipt_id"),
     Part(table(CardMatch), "receipt_id"),
-    # signing: the receipts' signatures go here, Part(table(ReceiptSignature), "receipt_id",
-    # required=False).
-)
+)  # A receipt's signature is a column of its row: it comes and goes with the receipt.
 PART_BY_NAME = {part.name: part for part in PARTS}
 RECEIPTS = PARTS[0]
 

@@ -44,6 +44,9 @@ class Partner(Base):
     # A sandbox partner (docs/sandbox.md): its keys start kt_test_, and nothing it posts ever
     # reaches a person; it and production partners never see each other's data.
     sandbox: Mapped[bool] = mapped_column(default=False)
+    # Days this partner's receipts are kept after their receipt time, where the law or the
+    # contract differs from KUITTI_RECEIPT_RETENTION_DAYS (kuitti.retention); None: that.
+    retention_days: Mapped[int | None] = mapped_column(default=None)
 
     # "expunge": a partner detached from the session that loaded it takes its namespaces along,
     # so the end of that session cannot expire them.

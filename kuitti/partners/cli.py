@@ -133,6 +133,14 @@ def partner_update(
             "invalid_token. NAMESPACE:none removes it."
         ),
     ] = None,
+    retention_days: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Days its receipts are kept after their receipt time, where the law or its "
+            "contract differs from KUITTI_RECEIPT_RETENTION_DAYS; 0: that setting again.",
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Change a partner's settings; prints the partner as 'partner list' shows it."""
@@ -150,6 +158,7 @@ def partner_update(
                 remove_redirect_uris=remove_redirect_uri or [],
                 attachments=attachments,
                 id_policies=id_policy or [],
+                retention_days=retention_days,
                 allow_insecure_webhooks=services.settings.webhook_allow_insecure,
             )
             data = partners.partner_summary(partner)

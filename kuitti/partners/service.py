@@ -149,12 +149,16 @@ def update_partner(
     remove_redirect_uris: list[str] = (),  # type: ignore[assignment]
     attachments: bool | None = None,
     id_policies: list[str] = (),  # type: ignore[assignment]
+    retention_days: int | None = None,
     allow_insecure_webhooks: bool = False,
 ) -> Partner:
     """Change the settings given (None: unchanged). A new webhook URL keeps the webhook key:
     the receiver verifies signatures as before (``rotate`` issues a new key). ``id_policies``:
     ``NAMESPACE:POLICY`` each, the receipt identifier policy of one of the partner's
     namespaces (``kuitti.partners.idpolicy``; ``NAMESPACE:none`` removes it)."""
+    if retention_days is not None:
+        # 0 returns the partner to KUITTI_RECEIPT_RETENTION_DAYS (kuitti.retention).
+        partner.retention_days = retention_days or None
     if name is not None:
         if not name.strip():
             raise PartnerInputError("name must not be empty")
@@ -255,6 +259,7 @@ def partner_summary(partner: Partner) -> dict[str, Any]:
         "created_at": iso_utc(partner.created_at),
         "disabled": partner.disabled_at is not None,
         "sandbox": partner.sandbox,
+        "retention_days": partner.retention_days,
     }
 
 

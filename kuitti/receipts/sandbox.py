@@ -13,20 +13,11 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
-from sqlalchemy import Select, delete, select, text, update
+from sqlalchemy import Select, select, text
 from sqlalchemy.orm import Session
 
-from kuitti.models import (
-    CardMatch,
-    CardPaymentRecord,
-    CardPurchase,
-    MailMessage,
-    Receipt,
-    ReceiptClaim,
-    ReceiptDelivery,
-    ReceiptGrant,
-    ReceiptLink,
-)
+from kuitti.models import Receipt
+from kuitti.retention import delete_receipts
 from kuitti.services import Services
 
 PURGE_BATCH = 500
@@ -54,34 +45,10 @@ def purge_batch(
     """Delete up to ``limit`` sandbox receipts created before the retention window; how many."""
     cutoff = now - timedelta(days=retention_days)
     ids = list(session.scalars(expired_sandbox_receipts(cutoff, limit)))
+    if not ids:
+        return 0
     delete_receipts(session, ids)
     return len(ids)
-
-
-def delete_receipts(session: Session, ids: list[uuid.UUID]) -> None:
-    """Delete these receipts with everything that hangs on them (the module's docstring says
-    what): the one deletion of whole receipts, which a test of archives uses as well."""
-    if not ids:
-        return
-    # A return names its original: the link goes with whichever is deleted first.
-    session.execute(
-        update(Receipt).where(Receipt.original_receipt_id.in_(ids)).values(original_receipt_id=None)
-    )
-    payments = select(CardPaymentRecord.id).where(CardPaymentRecord.receipt_id.in_(ids))
-    session.execute(
-        update(CardPurchase).where(CardPurchase.payment_id.in_(payments)).values(payment_id=None)
-    )
-    for table, column in (
-        (CardMatch, CardMatch.receipt_id),
-        (CardPaymentRecord, CardPaymentRecord.receipt_id),
-        (ReceiptLink, ReceiptLink.receipt_id),
-        (ReceiptClaim, ReceiptClaim.receipt_id),
-        (ReceiptGrant, ReceiptGrant.receipt_id),
-        (ReceiptDelivery, ReceiptDelivery.receipt_id),
-        (MailMessage, MailMessage.receipt_id),
-        (Receipt, Receipt.id),
-    ):
-        session.execute(delete(table).where(column.in_(ids)))
 
 
 def purge_sandbox_receipts(services: Services) -> int:

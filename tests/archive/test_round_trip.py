@@ -4,7 +4,7 @@ The month is made through the real API: a card purchase matched to its holder's 
 delivery, the issuer's card grant, the app's connection grant, the card match), a receipt
 with a RECEIPT_ID link that the holder claimed, a return linked to its purchase. A receipt of
 the next month stays throughout. The month is exported with ``kuitti archive export``,
-deleted with the receipts' one deletion (``kuitti.receipts.sandbox.delete_receipts``), and
+deleted with the receipts' one deletion (``kuitti.retention.delete_receipts``), and
 restored with ``kuitti archive restore``: every receipt's ``service_json`` is the same bytes,
 for each partner that could read it, the lists are the same, and every archived row is back.
 """
@@ -25,7 +25,7 @@ from sqlalchemy import func, select
 from kuitti.archive.tables import PARTS
 from kuitti.clock import FrozenClock
 from kuitti.models import Receipt
-from kuitti.receipts.sandbox import delete_receipts
+from kuitti.retention import delete_receipts
 from kuitti.services import Services
 from tests.cards.support import AUTH_CODE, World, make_world
 from tests.conftest import LiveServer, empty_tables

@@ -20,7 +20,7 @@ import pytest
 
 from kuitti.receipts.readers import _page_query
 from kuitti.services import Services
-from tests.plans import explain
+from tests.plans import explain, index_and_partitions
 
 VARIANTS = [(kind, since) for kind in ("key", "user") for since in (False, True)]
 LISTING_INDEX = {"key": "ix_receipt_grants_listing", "user": "ix_receipt_deliveries_listing"}
@@ -41,12 +41,17 @@ def page_params(kind: str, since: bool) -> dict[str, Any]:
     return params
 
 
-def cursor_in_index_condition(plan: str, index: str, postgresql: bool) -> bool:
-    """The plan reads ``index`` with the cursor as the end of its range."""
+def cursor_in_index_condition(plan: str, indexes: list[str], postgresql: bool) -> bool:
+    """The plan reads ``indexes`` (an index, or one per partition) with the cursor as the end
+    of each range."""
     if postgresql:
         # "Index Only Scan using <index> on ...", then its "Index Cond: (... ROW(...) < ROW(...))"
-        scans = re.findall(rf"using {index} on .*\n\s*Index Cond: (.*)", plan)
-        return any("ROW(" in condition and ") < ROW(" in condition for condition in scans)
+        scans = re.findall(r"using (\S+) on .*\n\s*Index Cond: (.*)", plan)
+        conditions = [condition for name, condition in scans if name in indexes]
+        return bool(conditions) and all(
+            "ROW(" in condition and ") < ROW(" in condition for condition in conditions
+        )
+    [index] = indexes
     # "SEARCH receipt_grants USING INDEX <index> (partner_id=? AND (receipt_time,...)<(?,?))"
     searches = re.findall(rf"USING (?:COVERING )?INDEX {index} \((.*)\)", plan)
     return any("(receipt_time,receipt_id)<(?,?)" in condition for condition in searches)
@@ -58,4 +63,5 @@ def test_a_page_after_a_cursor_is_one_index_range(
 ) -> None:
     plan = explain(services.db, _page_query(kind, since, True), page_params(kind, since))
     postgresql = services.db.dialect == "postgresql"
-    assert cursor_in_index_condition(plan, LISTING_INDEX[kind], postgresql), plan
+    indexes = index_and_partitions(services.db, LISTING_INDEX[kind])
+    assert cursor_in_index_condition(plan, indexes, postgresql), plan

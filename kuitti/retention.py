@@ -1,0 +1,249 @@
+"""Receipt retention (docs/operations.md, "Retention"): a receipt is kept at least its
+retention after its receipt time, then deleted with everything that refers to it.
+
+A partner's retention is its own ``retention_days`` where the law or its contract differs, else
+``KUITTI_RECEIPT_RETENTION_DAYS``; unset, receipts are kept. Sandbox receipts have their own
+purge (``kuitti.receipts.sandbox``).
+
+Two ways, both run by the worker's hourly housekeeping:
+
+- ``drop_expired_months`` (PostgreSQL): a month whose every receipt is past its partner's
+  retention is removed by detaching and dropping its partitions, after deleting the few rows
+  of unpartitioned tables that refer to its receipts;
+- ``delete_expired_receipts`` (both): the rest, in batches of ``RECEIPT_BATCH`` receipts, one
+  transaction each, found per partner through the grants' listing index (partner, receipt
+  time): receipts of partners with a shorter retention in a month kept for a longer one,
+  back-dated receipts, the rows from before partitioning, and every receipt on SQLite.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timedelta
+
+from sqlalchemy import Select, delete, select, text, update
+from sqlalchemy.orm import Session
+
+from kuitti.config import Settings
+from kuitti.models import (
+    CardMatch,
+    CardMatchingQueue,
+    CardPaymentRecord,
+    CardPurchase,
+    MailMessage,
+    Partner,
+    Receipt,
+    ReceiptClaim,
+    ReceiptDelivery,
+    ReceiptGrant,
+    ReceiptLink,
+)
+from kuitti.models.receipts import GrantReason
+from kuitti.partitions import PARTITIONED, Partition, is_partitioned, partitions
+from kuitti.services import Services
+
+# Receipts deleted per transaction: one batch holds SQLite's one writer for well under 100 ms
+# (docs/performance.md, "Retention").
+RECEIPT_BATCH = 50
+
+
+def retention_days(partner: Partner, settings: Settings) -> int | None:
+    """Days ``partner``'s receipts are kept after their receipt time; None: kept."""
+    if partner.sandbox:
+        return settings.sandbox_retention_days
+    if partner.retention_days is not None:
+        return partner.retention_days
+    return settings.receipt_retention_days
+
+
+def delete_receipts(session: Session, ids: list[uuid.UUID]) -> None:
+    """Delete the receipts ``ids`` and every row that refers to one: returns that named one as
+    their original no longer do, and a card purchase it had matched is freed."""
+    # The partial index's own predicate, spelled out: SQLite uses ix_receipts_original only
+    # for a WHERE it sees implies it, and reads every receipt otherwise (100 ms a batch).
+    returns = Receipt.original_receipt_id.is_not(None) & Receipt.original_receipt_id.in_(ids)
+    session.execute(update(Receipt).where(returns).values(original_receipt_id=None))
+    payments = select(CardPaymentRecord.id).where(CardPaymentRecord.receipt_id.in_(ids))
+    session.execute(
+        update(CardPurchase).where(CardPurchase.payment_id.in_(payments)).values(payment_id=None)
+    )
+    session.execute(delete(CardMatchingQueue).where(CardMatchingQueue.payment_id.in_(payments)))
+    for table, column in (
+        (CardMatch, CardMatch.receipt_id),
+        (CardPaymentRecord, CardPaymentRecord.receipt_id),
+        (ReceiptLink, ReceiptLink.receipt_id),
+        (ReceiptClaim, ReceiptClaim.receipt_id),
+        (ReceiptGrant, ReceiptGrant.receipt_id),
+        (ReceiptDelivery, ReceiptDelivery.receipt_id),
+        (MailMessage, MailMessage.receipt_id),
+        (Receipt, Receipt.id),
+    ):
+        session.execute(delete(table).where(column.in_(ids)))
+
+
+def expired_receipts(partner_id: uuid.UUID, cutoff: datetime, limit: int) -> Select[uuid.UUID]:
+    """Up to ``limit`` receipts ``partner_id`` posted whose receipt time is before ``cutoff``:
+    a range of the grants' listing index (partner, receipt time)."""
+    return (
+        select(ReceiptGrant.receipt_id)
+        .where(
+            ReceiptGrant.partner_id == partner_id,
+            ReceiptGrant.receipt_time < cutoff,
+            ReceiptGrant.reason == GrantReason.POSTED,
+        )
+        .order_by(ReceiptGrant.receipt_time)
+        .limit(limit)
+    )
+
+
+def delete_expired_receipts(services: Services, limit: int = RECEIPT_BATCH) -> int:
+    """Delete every production receipt past its partner's retention, ``limit`` per
+    transaction; how many."""
+    now, deleted = services.clock.now(), 0
+    with services.db.session(write=False) as session:
+        partners = list(session.scalars(select(Partner).where(Partner.sandbox.is_(False))))
+        kept = [(p.id, retention_days(p, services.settings)) for p in partners]
+    for partner_id, days in kept:
+        if days is None:
+            continue
+        cutoff = now - timedelta(days=days)
+        while True:
+            with services.db.session() as session:
+                ids = list(
+                    dict.fromkeys(session.scalars(expired_receipts(partner_id, cutoff, limit)))
+                )
+                if ids:
+                    delete_receipts(session, ids)
+            deleted += len(ids)
+            if len(ids) < limit:
+                break
+    return deleted
+
+
+def newest_receipt_times(session: Session, month: Partition) -> dict[str, str]:
+    """A past month's newest receipt time per partner (ISO text by partner id).
+
+    Read once, by one pass over the month, and kept as the partition's comment: a month that
+    has ended takes no more rows, and deletions only lower a maximum, so the figures stay a safe
+    bound while a longer retention holds the month for years, and the hourly round reads the
+    month no more."""
+    noted = session.execute(
+        text("SELECT obj_description(to_regclass(:name), 'pg_class')"), {"name": month.name}
+    ).scalar()
+    if noted:
+        return dict(json.loads(noted))
+    newest = {
+        str(partner_id): receipt_time.isoformat()
+        for partner_id, receipt_time in session.execute(
+            text(f"SELECT partner_id, max(receipt_time) FROM {month.name} GROUP BY partner_id")  # noqa: S608
+        )
+    }
+    comment = json.dumps(newest).replace("'", "''")
+    session.execute(text(f"COMMENT ON TABLE {month.name} IS '{comment}'"))
+    return newest
+
+
+def month_is_expired(session: Session, month: Partition, now: datetime, settings: Settings) -> bool:
+    """Whether every receipt in ``month`` (a past partition of ``receipts``) is past its
+    partner's retention, and no grant in the month's partition belongs to an older receipt."""
+    days = {
+        str(partner.id): retention_days(partner, settings)
+        for partner in session.scalars(select(Partner))
+    }
+    for partner_id, receipt_time in newest_receipt_times(session, month).items():
+        kept = days.get(partner_id)
+        if kept is None or datetime.fromisoformat(receipt_time) >= now - timedelta(days=kept):
+            return False
+    grants = month.name.replace("receipts_", "receipt_grants_", 1)
+    older = session.execute(
+        text(f"SELECT 1 FROM {grants} WHERE receipt_id < :low LIMIT 1"),  # noqa: S608
+        {"low": month.low},
+    ).first()
+    return older is None
+
+
+def drop_month(session: Session, month: Partition) -> None:
+    """Remove a month's receipts by detaching and dropping its partitions. Rows elsewhere that
+    refer to them go first, each through an index range on the month's ids."""
+    low, high = month.low, month.high
+    assert low is not None
+    assert high is not None
+    session.execute(text("SET LOCAL lock_timeout = '10s'"))
+    session.execute(
+        update(Receipt)
+        .where(Receipt.original_receipt_id >= low, Receipt.original_receipt_id < high)
+        .values(original_receipt_id=None)
+    )
+    payments = select(CardPaymentRecord.id).where(
+        CardPaymentRecord.receipt_id >= low, CardPaymentRecord.receipt_id < high
+    )
+    session.execute(
+        update(CardPurchase).where(CardPurchase.payment_id.in_(payments)).values(payment_id=None)
+    )
+    session.execute(delete(CardMatchingQueue).where(CardMatchingQueue.payment_id.in_(payments)))
+    for column in (
+        CardMatch.receipt_id,
+        CardPaymentRecord.receipt_id,
+        ReceiptLink.receipt_id,
+        ReceiptClaim.receipt_id,
+        MailMessage.receipt_id,
+    ):
+        session.execute(delete(column.table).where(column >= low, column < high))
+    # Grants made in a later month (a card, a connection) for the month's receipts.
+    session.execute(
+        delete(ReceiptGrant).where(
+            ReceiptGrant.id >= high, ReceiptGrant.receipt_id >= low, ReceiptGrant.receipt_id < high
+        )
+    )
+    for table in PARTITIONED:
+        name = month.name.replace("receipts_", f"{table}_", 1)
+        session.execute(text(f"ALTER TABLE {table} DETACH PARTITION {name}"))
+        session.execute(text(f"DROP TABLE {name}"))
+
+
+def _past(partition: Partition, now: datetime) -> bool:
+    """Whether ``partition``'s id range ends before ``now``: it takes no more rows."""
+    assert partition.high is not None
+    return bool(partition.high.int >> 80 <= now.timestamp() * 1000)
+
+
+def drop_legacy_if_empty(session: Session) -> bool:
+    """Drop the partitions of the rows from before partitioning (migration 0007) once
+    retention has emptied them; whether they were dropped."""
+    for table in PARTITIONED:
+        if session.execute(text(f"SELECT 1 FROM {table}_legacy LIMIT 1")).first() is not None:  # noqa: S608
+            return False
+    session.execute(text("SET LOCAL lock_timeout = '10s'"))
+    for table in PARTITIONED:
+        session.execute(text(f"ALTER TABLE {table} DETACH PARTITION {table}_legacy"))
+        session.execute(text(f"DROP TABLE {table}_legacy"))
+    return True
+
+
+def drop_expired_months(services: Services) -> list[str]:
+    """PostgreSQL: drop every month whose receipts are all past retention; the months
+    dropped. Only months before the current one, whose partitions take no more rows."""
+    dropped: list[str] = []
+    with services.db.session(write=False) as session:
+        if not is_partitioned(session):
+            return dropped
+        months_all = partitions(session, "receipts")
+    months = [p for p in months_all if p.month is not None]
+    now = services.clock.now()  # the system clock in service, which the ids carry too
+    for legacy in months_all:
+        # Once its range is past: until then it takes this month's rows.
+        if legacy.name == "receipts_legacy" and _past(legacy, now):
+            with services.db.session() as session:
+                if drop_legacy_if_empty(session):
+                    dropped.append("legacy")
+    for month in months:
+        assert month.month is not None
+        assert month.high is not None
+        if not _past(month, now):
+            break
+        with services.db.session() as session:
+            if month_is_expired(session, month, now, services.settings):
+                drop_month(session, month)
+                dropped.append(month.month.isoformat()[:7])
+    return dropped
