@@ -125,6 +125,13 @@ EDGE_RESPONSES: dict[str, tuple[int, dict[str, Any]]] = {
             "try again after Retry-After seconds."
         ),
     ),
+    "InternalError": (
+        500,
+        _edge_answer(
+            "An unexpected failure (`internal_error`): nothing of the request was kept; the "
+            "log has it under the request id."
+        ),
+    ),
     "MethodNotAllowed": (
         405,
         _edge_answer("The path does not take this method; Allow lists the ones it takes."),

@@ -408,7 +408,11 @@ def _membership_form(
     **_PAGE_ROUTE,
     responses={
         200: _page("The connection's page for its owner."),
-        303: {"description": "Logged out: to the login page, which returns here."},
+        303: {
+            "description": "Logged out: to the login page, which returns here (the body: "
+            "`login_required` in the error shape).",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Errors"}}},
+        },
         400: _page("The redirect_uri is not the app's (an HTML page)."),
         404: _page("No such connection of this user (an HTML page)."),
     },
