@@ -14,8 +14,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -383,8 +381,10 @@ def libpq_conninfo(url: str) -> str:
     if scheme is None:
         raise ValueError("not a postgresql:// URL")
     conninfo = "postgresql://" + url.removeprefix(scheme)
+    import psycopg  # only for a PostgreSQL URL: a command on SQLite need not load the driver
+
     try:
-        conninfo_to_dict(conninfo)
+        psycopg.conninfo.conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
         raise ValueError(str(exc).strip().splitlines()[0]) from exc
     return conninfo

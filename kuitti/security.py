@@ -15,11 +15,13 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from cryptography.fernet import Fernet, InvalidToken
-from joserfc.jwk import ECKey
+
+if TYPE_CHECKING:
+    from joserfc.jwk import ECKey
 
 API_KEY_PREFIX = "kt_"
 SANDBOX_API_KEY_PREFIX = "kt_test_"  # a sandbox partner's key (docs/sandbox.md): visibly a test
@@ -94,6 +96,8 @@ class SealedKey:
 
 
 def new_es256_key(box: SecretBox) -> SealedKey:
+    from joserfc.jwk import ECKey  # loaded by what signs, not by every command
+
     key = ECKey.generate_key("P-256", auto_kid=True)
     assert key.kid is not None
     return SealedKey(
@@ -105,6 +109,8 @@ def new_es256_key(box: SecretBox) -> SealedKey:
 
 def open_key(box: SecretBox, sealed: str) -> ECKey:
     """The private key of ``SealedKey.private_jwk_sealed``."""
+    from joserfc.jwk import ECKey
+
     return ECKey.import_key(orjson.loads(box.open(sealed)))
 
 
