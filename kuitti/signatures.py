@@ -43,7 +43,7 @@ from sqlalchemy.orm import Session
 from kuitti import locks
 from kuitti.clock import iso_utc
 from kuitti.config import Settings
-from kuitti.db import Database
+from kuitti.db import Database, database_of
 from kuitti.models import Receipt, ReceiptSigningKey
 from kuitti.security import ES256, SecretBox, new_es256_key, open_key
 
@@ -159,14 +159,20 @@ class Signer:
         self.key = None
 
 
+_SIGNING_KID = (
+    select(ReceiptSigningKey.kid)
+    .where(ReceiptSigningKey.retired_at.is_(None))
+    .order_by(ReceiptSigningKey.created_at.desc(), ReceiptSigningKey.kid)
+    .limit(1)
+)
+
+
 def signing_kid(session: Session) -> str | None:
-    """The kid of the key that signs now (None before the first)."""
-    return session.scalar(
-        select(ReceiptSigningKey.kid)
-        .where(_signing())
-        .order_by(ReceiptSigningKey.created_at.desc(), ReceiptSigningKey.kid)
-        .limit(1)
-    )
+    """The kid of the key that signs now (None before the first). The ingest writer asks once
+    a batch: a prebuilt statement on the driver, in ``session``'s transaction, as the batch's
+    key holders are checked (``session.execute`` costs about 0.3 ms of CPU more a batch)."""
+    rows = database_of(session).session_rows(session, _SIGNING_KID, {})
+    return str(rows[0][0]) if rows else None
 
 
 def sign(
