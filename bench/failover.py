@@ -392,7 +392,9 @@ class AutoFailover(Managed):
 class Kuitti:
     """``kuitti serve --workers N --no-worker`` and one ``kuitti worker`` on ``url``."""
 
-    def __init__(self, url: str, directory: Path, processes: int) -> None:
+    def __init__(
+        self, url: str, directory: Path, processes: int, env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.directory = directory
@@ -403,6 +405,7 @@ class Kuitti:
             "KUITTI_DATABASE_URL": url,
             "KUITTI_SECRET_KEY": SECRET,
             "KUITTI_WEBHOOK_ALLOW_INSECURE": "true",
+            **(env or {}),
         }
         subprocess.run([KUITTI, "db", "upgrade"], env=self.env, cwd=directory, check=True,
                        capture_output=True)  # fmt: skip
