@@ -14,7 +14,8 @@ loopback (``bench/webhooks.py``'s receivers process), which note when each arriv
 default) at a constant rate: ``--peak`` receipt posts a second times the hour's weight. The load
 is open loop: request *i* of a slice is due at its time whatever the server does, and its latency
 runs from that due time (a server that falls behind is charged for the queue); at most
-``--connections`` requests are in flight, the rest wait for a connection, still on the clock.
+``--connections`` requests are in flight, the rest wait for a connection, still on the clock,
+and one due while four times as many wait is counted as offered and not sent (``NOT_SENT``).
 Per receipt post (``POST_MIX``): the card-linking form alone, a ``RECEIPT_ID`` token, an
 ``EMAIL`` token (a verified user's address: delivered, and an e-mail written), a ``CARD`` token
 (an enrolled card's), or the card-linking form with an ``Idempotency-Key``. Who paid
@@ -138,6 +139,12 @@ LOCAL = timezone(timedelta(hours=2))
 TEMPLATES = 120
 DRAIN_SECONDS = 180.0
 CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ0123456789"
+BACKLOG_PER_CONNECTION = 4
+NOT_SENT = -2
+"""A request due while ``BACKLOG_PER_CONNECTION`` × ``--connections`` requests already wait in
+this generator is counted as offered and not sent: the server is minutes behind, and queueing
+more would only stall the generator itself (unbounded, it fell a minute behind its own plan and
+grew to 3 GB at ``--peak 1000`` on a loaded machine)."""
 
 
 # -- the world: partners, users, cards -----------------------------------------------------------
@@ -368,7 +375,7 @@ class Plan:
 @dataclass
 class Tally:
     """Answers of one endpoint (or one hour): latencies of the 2xx answers, and every status
-    (0: no answer, a connection error or the 60 s timeout)."""
+    (0: no answer within 60 s; -1: the connection failed; ``NOT_SENT``)."""
 
     offered: int = 0
     latencies_ms: list[float] = field(default_factory=list)
@@ -388,7 +395,8 @@ class Tally:
 
     def failures(self) -> str:
         bad = {s: n for s, n in sorted(self.statuses.items()) if not 200 <= s < 300}
-        return ", ".join(f"{n} × {s or 'no answer'}" for s, n in bad.items()) or "none"
+        names = {0: "no answer in 60 s", -1: "connection failed", NOT_SENT: "not sent"}
+        return ", ".join(f"{n} × {names.get(s, s)}" for s, n in bad.items()) or "none"
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -434,6 +442,9 @@ class Load:
                 delay = self.start + due.at - loop.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                if len(tasks) >= BACKLOG_PER_CONNECTION * self.connections:
+                    self._tally(due, NOT_SENT, 0.0)  # the server is that far behind: give up
+                    continue
                 task = asyncio.create_task(self._send(due))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
@@ -448,22 +459,28 @@ class Load:
         else:
             await self._read(due)
 
+    def _tally(self, due: Due, status: int, latency_ms: float) -> None:
+        if due.what == "post":
+            assert due.purchase is not None
+            endpoint = ENDPOINTS["post"].format(due.purchase.kind)
+        else:
+            endpoint = ENDPOINTS[due.what]
+        for tally in (self.endpoints.setdefault(endpoint, Tally()), self.hours[due.hour]):
+            tally.offered += 1
+            tally.record(status, latency_ms)
+
     async def _request(
-        self, endpoint: str, due: Due, method: str, path: str, headers: dict[str, str],
-        body: bytes | None = None,
-    ) -> tuple[int, bytes]:  # fmt: skip
+        self, due: Due, method: str, path: str, headers: dict[str, str], body: bytes | None = None
+    ) -> tuple[int, bytes]:
         self.late_ms.append((asyncio.get_running_loop().time() - self.start - due.at) * 1000)
-        tally = self.endpoints.setdefault(endpoint, Tally())
-        tally.offered += 1
-        self.hours[due.hour].offered += 1
         try:
             async with self.http.request(method, path, data=body, headers=headers) as answer:
                 status, content = answer.status, await answer.read()
-        except (aiohttp.ClientError, TimeoutError):
+        except TimeoutError:
             status, content = 0, b""
-        latency = (asyncio.get_running_loop().time() - self.start - due.at) * 1000
-        tally.record(status, latency)
-        self.hours[due.hour].record(status, latency)
+        except aiohttp.ClientError:
+            status, content = -1, b""
+        self._tally(due, status, (asyncio.get_running_loop().time() - self.start - due.at) * 1000)
         return status, content
 
     def _paid_at(self, due: Due) -> str:
@@ -503,10 +520,7 @@ class Load:
         purchase = due.purchase
         assert purchase is not None
         body, headers = self.post(due)
-        status, content = await self._request(
-            ENDPOINTS["post"].format(purchase.kind), due, "POST", "/api/v1/receipts/", headers,
-            body,
-        )  # fmt: skip
+        status, content = await self._request(due, "POST", "/api/v1/receipts/", headers, body)
         if status != 200:
             return
         purchase.answered = time.time()
@@ -529,9 +543,7 @@ class Load:
             }
         )  # fmt: skip
         headers = {"Authorization": self.world.issuer_key, "Content-Type": "application/json"}
-        status, _ = await self._request(
-            ENDPOINTS["transaction"], due, "POST", "/api/v1/card-transactions/", headers, body
-        )
+        status, _ = await self._request(due, "POST", "/api/v1/card-transactions/", headers, body)
         if status == 200:
             purchase.transaction_answered = time.time()
 
@@ -544,7 +556,7 @@ class Load:
             path = f"/api/v1/receipts/{receipt_id}/{due.what}/"
         else:
             return  # nothing delivered to read yet
-        await self._request(ENDPOINTS[due.what], due, "GET", path, self.world.users[user][1])
+        await self._request(due, "GET", path, self.world.users[user][1])
 
 
 @contextmanager
@@ -651,8 +663,9 @@ def processes() -> dict[int, Process]:
             continue
         name, _, rest = text.partition(" (")[2].rpartition(")")
         fields = rest.split()
-        if name.startswith("python") and len(argv) > 1 and argv[1]:
-            name = Path(argv[1].decode(errors="replace")).name
+        script = [a for a in argv[1:3] if a and a != b"-m"][:1]
+        if name.startswith("python") and script:
+            name = Path(script[0].decode(errors="replace")).name
         own = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
         reaped = (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
         found[int(stat.parent.name)] = Process(name, int(fields[1]), own, reaped)
