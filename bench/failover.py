@@ -390,7 +390,8 @@ class AutoFailover(Managed):
 
 
 class Kuitti:
-    """``kuitti serve --workers N --no-worker`` and one ``kuitti worker`` on ``url``."""
+    """``kuitti serve --workers N --no-worker`` and one ``kuitti worker`` on ``url``, with ``env``
+    added to their environment (``bench/day.py``: a read replica's URL)."""
 
     def __init__(
         self, url: str, directory: Path, processes: int, env: dict[str, str] | None = None
