@@ -38,6 +38,12 @@ def explain_in_session(db: Database, statement: Executable) -> str:
     return _explain(db, sql, values)
 
 
+def explain_sql(db: Database, sql: str, values: Any) -> str:
+    """The plan of ``sql`` with ``values``, explained as ``explain`` does; a write is explained,
+    not run."""
+    return _explain(db, sql, values)
+
+
 def _explain(db: Database, sql: str, values: Any) -> str:
     connection = db.engine.raw_connection()
     try:

@@ -14,13 +14,15 @@ import uuid
 from datetime import datetime, timedelta
 
 from sqlalchemy import Select, select, text
-from sqlalchemy.orm import Session
 
+from kuitti.db import Database
 from kuitti.models import Receipt
-from kuitti.retention import delete_receipts
+from kuitti.retention import delete_receipt_batch
 from kuitti.services import Services
 
-PURGE_BATCH = 500
+# Receipts deleted per transaction: with their pages read first, a batch holds SQLite's one
+# writer for some tens of milliseconds (docs/performance.md, "At two million receipts").
+PURGE_BATCH = 200
 # The partial index's own predicate (``ix_receipts_sandbox_created``: ``WHERE sandbox``). Each
 # database uses such an index only for a WHERE it sees implies the predicate, and neither sees
 # it in what SQLAlchemy writes for a boolean (``sandbox IS true`` on PostgreSQL, ``sandbox = 1``
@@ -40,27 +42,26 @@ def expired_sandbox_receipts(cutoff: datetime, limit: int) -> Select[uuid.UUID]:
 
 
 def purge_batch(
-    session: Session, *, now: datetime, retention_days: int, limit: int = PURGE_BATCH
-) -> int:
-    """Delete up to ``limit`` sandbox receipts created before the retention window; how many."""
+    db: Database, *, now: datetime, retention_days: int, limit: int = PURGE_BATCH
+) -> tuple[int, int]:
+    """Delete up to ``limit`` sandbox receipts created before the retention window, in one
+    transaction (``kuitti.retention.delete_receipt_batch``); how many were found and how many
+    deleted."""
     cutoff = now - timedelta(days=retention_days)
-    ids = list(session.scalars(expired_sandbox_receipts(cutoff, limit)))
-    if not ids:
-        return 0
-    delete_receipts(session, ids)
-    return len(ids)
+    with db.session(write=False) as session:
+        ids = list(session.scalars(expired_sandbox_receipts(cutoff, limit)))
+    return len(ids), (delete_receipt_batch(db, ids) if ids else 0)
 
 
 def purge_sandbox_receipts(services: Services) -> int:
     """Delete every sandbox receipt past its retention, one batch per transaction."""
     deleted = 0
     while True:
-        with services.db.session() as session:
-            count = purge_batch(
-                session,
-                now=services.clock.now(),
-                retention_days=services.settings.sandbox_retention_days,
-            )
+        found, count = purge_batch(
+            services.db,
+            now=services.clock.now(),
+            retention_days=services.settings.sandbox_retention_days,
+        )
         deleted += count
-        if count < PURGE_BATCH:
+        if found < PURGE_BATCH:
             return deleted
