@@ -14,10 +14,11 @@ every case is measured against both in turns, ``--rounds`` times, one ``--second
   of its depth, which is all it has);
 - ``delete``: not over HTTP: ``kuitti.receipts.sandbox.purge_batch`` (the sandbox clean-up's
   own batches: pages read ahead on SQLite, then one transaction) run in this process on the
-  database, ``--delete-batches`` batches of ``PURGE_BATCH`` sandbox receipts past their
-  retention; receipts deleted per second, and the slowest batch. It needs no server and no
-  keys: with ``--only delete`` none is started, and without ``--full-keys`` the full database's
-  receipts are counted past their retention from today.
+  database, ``--delete-receipts`` sandbox receipts past their retention in batches of
+  ``PURGE_BATCH`` (100 on SQLite, 500 on PostgreSQL); receipts deleted per second, the slowest
+  batch and the longest write transaction. It needs no server and no keys: with ``--only
+  delete`` none is started, and without ``--full-keys`` the full database's receipts are
+  counted past their retention from today.
 
 The answer is each case's rate and p99 on both, and full ÷ small. The machine's two cores are
 shared (other work may be running): a ratio from slices in turns is what to read, not a rate.
@@ -224,9 +225,10 @@ class DeleteTurn:
     deleted: int
 
 
-def delete_turn(instance: Instance, batches: int) -> DeleteTurn:
-    """``batches`` purge batches on ``instance``'s database."""
+def delete_turn(instance: Instance, receipts: int) -> DeleteTurn:
+    """Purge batches of ``receipts`` in all on ``instance``'s database."""
     db = Database(sqlalchemy_url(instance.url))
+    batches = -(-receipts // PURGE_BATCH[db.dialect])
     until = instance.keys.get("until")
     now = datetime.fromisoformat(until) if until else datetime.now(UTC)
     writes: list[float] = []
@@ -245,10 +247,10 @@ def delete_turn(instance: Instance, batches: int) -> DeleteTurn:
     try:
         for _ in range(batches):
             start = time.perf_counter()
-            found, count = purge_batch(db, now=now, retention_days=7, limit=PURGE_BATCH)
+            found, count = purge_batch(db, now=now, retention_days=7)
             slowest = max(slowest, time.perf_counter() - start)
             deleted += count
-            if found < PURGE_BATCH:
+            if found < PURGE_BATCH[db.dialect]:
                 break
     finally:
         db.engine.dispose()
@@ -270,7 +272,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--delete-batches", type=int, default=5)
+    parser.add_argument("--delete-receipts", type=int, default=1000)
     parser.add_argument("--only", default="post,list,delete", help="post, list, delete")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -341,7 +343,7 @@ def main() -> None:
                           f"  non-2xx {run.non_2xx}", flush=True)  # fmt: skip
             if "delete" in only:
                 for instance in instances:
-                    turn = delete_turn(instance, args.delete_batches)
+                    turn = delete_turn(instance, args.delete_receipts)
                     deletes[instance.label].append(turn)
                     print(f"  round {round_number + 1} {'delete':<22} {instance.label:<5}"
                           f" {turn.rate:>7.0f}/s  slowest batch {turn.slowest_ms:.0f} ms, longest"

@@ -48,7 +48,7 @@ from kuitti.services import Services
 # Receipts deleted per transaction: one batch holds SQLite's one writer for well under 100 ms
 # (docs/performance.md, "Retention").
 RECEIPT_BATCH = 50
-# SQLite's page cache for a batch's transaction, in KiB: a batch of 200 receipts touches about
+# SQLite's page cache for a batch's transaction, in KiB: a batch of 200 receipts touched about
 # 2,000 pages, and in a connection's usual 2 MB it read many twice and wrote changed ones to the
 # WAL before its commit (a fifth of its CPU). The connection's own size comes back after.
 BATCH_CACHE_KIB = 16384
