@@ -19,9 +19,10 @@ Only reads: what it reads decides nothing, and a row that changes meanwhile is w
 deletes' own statements see.
 
 In a database the operating system holds in memory, reading ahead only doubles the work. So
-the first rows are read on their own first: if that read nothing from storage (the process's
+the batch's first rows are read alone first: if that read nothing from storage (the process's
 ``read_bytes`` in ``/proc/self/io``), the batch is taken to be in memory and nothing more is
-read. Where the counter cannot be read, every batch is read ahead.
+read. Where the counter cannot be read, every batch is read ahead. A read the schema refuses is
+logged, and the deletes go on without it.
 """
 
 from __future__ import annotations
