@@ -20,11 +20,12 @@ from kuitti.models import Receipt
 from kuitti.retention import delete_receipt_batch
 from kuitti.services import Services
 
-# Receipts deleted per transaction (docs/performance.md, "At two million receipts"). SQLite:
-# with its pages read first, a batch of 100 holds the one writer for some tens of milliseconds,
-# under 100 ms on a loaded machine. PostgreSQL: a batch takes row locks only, and each of its
-# statements is planned over the monthly partitions at the same cost for 100 receipts as for
-# 500 (batches of 100 deleted a tenth fewer a second).
+# Receipts deleted per transaction (docs/performance.md, "At two million receipts").
+# SQLite: with its pages read first, a batch of 100 holds the one writer for about 30 ms of
+# CPU (54-116 ms at a load average of 15, where the same batches not read ahead held it
+# 438-650 ms). PostgreSQL: a batch takes row locks only, and each of its statements is planned
+# over the monthly partitions at the same cost for 100 receipts as for 500 (batches of 100
+# deleted a tenth fewer a second).
 PURGE_BATCH = {"sqlite": 100, "postgresql": 500}
 # The partial index's own predicate (``ix_receipts_sandbox_created``: ``WHERE sandbox``). Each
 # database uses such an index only for a WHERE it sees implies the predicate, and neither sees
