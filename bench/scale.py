@@ -13,8 +13,12 @@ every case is measured against both in turns, ``--rounds`` times, one ``--second
 - ``list deep``: its page after a cursor ``--depth`` receipts deep (on the small database, 90 %
   of its depth, which is all it has);
 - ``delete``: not over HTTP: ``kuitti.receipts.sandbox.purge_batch`` (the sandbox clean-up's
-  own statements) run in this process on the database, ``--delete-batches`` batches of 500
-  sandbox receipts past their retention; receipts deleted per second, and the slowest batch.
+  own batches: pages read ahead on SQLite, then one transaction) run in this process on the
+  database, ``--delete-receipts`` sandbox receipts past their retention in batches of
+  ``PURGE_BATCH`` (100 on SQLite, 500 on PostgreSQL); receipts deleted per second, the slowest
+  batch and the longest write transaction. It needs no server and no keys: with ``--only
+  delete`` none is started, and without ``--full-keys`` the full database's receipts are
+  counted past their retention from today.
 
 The answer is each case's rate and p99 on both, and full ÷ small. The machine's two cores are
 shared (other work may be running): a ratio from slices in turns is what to read, not a rate.
@@ -26,6 +30,7 @@ sandbox receipts (``--small-sandbox-share``), so it has as many to delete in eve
         --full postgresql://kuitti:kuitti@127.0.0.1:5432/kuitti_full --full-keys full.json
     .venv/bin/python bench/scale.py --database sqlite --full /tmp/full.db --full-keys full.json \\
         --only list,delete
+    .venv/bin/python bench/scale.py --database sqlite --full /tmp/full.db --only delete
 
 A full database given with ``--full`` gains the receipts posted and loses the receipts deleted
 in each run; fill it again (``bench/fill.py``) when it runs out of sandbox receipts.
@@ -47,7 +52,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +73,7 @@ from ingest import (  # noqa: E402  (bench/ is the script's own directory)
     run_wrk,
     running,
 )
-from sqlalchemy import func, select  # noqa: E402
+from sqlalchemy import Connection, event, func, select  # noqa: E402
 
 from kuitti.asgi import RUN_WORKER_ENV  # noqa: E402
 from kuitti.db import Database  # noqa: E402
@@ -209,25 +214,49 @@ wrk.headers["Authorization"] = "Token {api_key}"
     )
 
 
-def delete_turn(instance: Instance, batches: int) -> tuple[float, float, int]:
-    """Receipts deleted per second over ``batches`` purge batches, the slowest batch in ms, and
-    how many were deleted."""
+@dataclass
+class DeleteTurn:
+    """Receipts deleted per second over a turn's purge batches, the slowest batch and the
+    longest write transaction in ms (on SQLite, what a post may wait for), how many deleted."""
+
+    rate: float
+    slowest_ms: float
+    longest_write_ms: float
+    deleted: int
+
+
+def delete_turn(instance: Instance, receipts: int) -> DeleteTurn:
+    """Purge batches of ``receipts`` in all on ``instance``'s database."""
     db = Database(sqlalchemy_url(instance.url))
-    now = datetime.fromisoformat(instance.keys["until"])
+    batches = -(-receipts // PURGE_BATCH[db.dialect])
+    until = instance.keys.get("until")
+    now = datetime.fromisoformat(until) if until else datetime.now(UTC)
+    writes: list[float] = []
+
+    @event.listens_for(db.engine, "begin")
+    def _began(connection: Connection) -> None:
+        if db.dialect == "postgresql" or connection.get_execution_options().get("sqlite_begin"):
+            connection.info["began"] = time.perf_counter()
+
+    @event.listens_for(db.engine, "commit")
+    def _committed(connection: Connection) -> None:
+        if "began" in connection.info:
+            writes.append(time.perf_counter() - connection.info.pop("began"))
+
     deleted, slowest, began = 0, 0.0, time.perf_counter()
     try:
         for _ in range(batches):
             start = time.perf_counter()
-            with db.session() as session:
-                count = purge_batch(session, now=now, retention_days=7, limit=PURGE_BATCH)
+            found, count = purge_batch(db, now=now, retention_days=7)
             slowest = max(slowest, time.perf_counter() - start)
             deleted += count
-            if count < PURGE_BATCH:
+            if found < PURGE_BATCH[db.dialect]:
                 break
     finally:
         db.engine.dispose()
     seconds = time.perf_counter() - began
-    return (deleted / seconds if deleted else 0.0), slowest * 1000, deleted
+    rate = deleted / seconds if deleted else 0.0
+    return DeleteTurn(rate, slowest * 1000, max(writes, default=0.0) * 1000, deleted)
 
 
 def main() -> None:
@@ -237,13 +266,13 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=20_000)
     parser.add_argument("--small-sandbox-share", type=float, default=0.25)
     parser.add_argument("--full", help="a database bench/fill.py filled (URL or SQLite path)")
-    parser.add_argument("--full-keys", type=Path, help="its --keys summary")
+    parser.add_argument("--full-keys", type=Path, help="its --keys summary (not for --only delete)")
     parser.add_argument("--depth", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--delete-batches", type=int, default=2)
+    parser.add_argument("--delete-receipts", type=int, default=1000)
     parser.add_argument("--only", default="post,list,delete", help="post, list, delete")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -257,14 +286,15 @@ def main() -> None:
         small.keys = filled(small.url, args.small, workdir / "small.json", args.small_sandbox_share)
         if args.full:
             full_url = args.full if "://" in args.full else f"sqlite:///{args.full}"
-            full = Instance("full", full_url, json.loads(args.full_keys.read_text()))
+            keys = json.loads(args.full_keys.read_text()) if args.full_keys else {}
+            full = Instance("full", full_url, keys)
         else:
             full = Instance(
                 "full", stack.enter_context(new_database(args.database, workdir, "full")), {}
             )
             full.keys = filled(full.url, args.receipts, workdir / "full.json")
         instances = [small, full]
-        for instance in instances:
+        for instance in instances if cases else []:
             instance.cursor, instance.depth = deep_cursor(instance, args.depth)
             port = free_port()
             env = {
@@ -280,14 +310,16 @@ def main() -> None:
             log = workdir / f"{instance.label}.log"
             stack.enter_context(running(command, env, f"http://127.0.0.1:{port}/healthz", log))
             instance.url_base = f"http://127.0.0.1:{port}"
+        stored = f"{full.keys['receipts']:,}" if "receipts" in full.keys else "(keys not given)"
         print(
             f"{args.database}: small {small.keys['receipts']:,} receipts (deep = {small.depth:,}),"
-            f" full {full.keys['receipts']:,} (deep = {full.depth:,}); {args.workers} processes,"
-            f" {args.clients} clients, {args.seconds} s slices, {args.rounds} rounds in turns",
+            f" full {stored} (deep = {full.depth:,}); {args.workers}"
+            f" processes, {args.clients} clients, {args.seconds} s slices, {args.rounds} rounds"
+            f" in turns; load average {os.getloadavg()[0]:.1f}",
             flush=True,
         )
         runs: dict[tuple[str, str], list[WrkRun]] = {}
-        deletes: dict[str, list[tuple[float, float, int]]] = {"small": [], "full": []}
+        deletes: dict[str, list[DeleteTurn]] = {"small": [], "full": []}
         for round_number in range(args.rounds):
             for case in cases:
                 for instance in instances:
@@ -311,10 +343,11 @@ def main() -> None:
                           f"  non-2xx {run.non_2xx}", flush=True)  # fmt: skip
             if "delete" in only:
                 for instance in instances:
-                    rate, slowest, count = delete_turn(instance, args.delete_batches)
-                    deletes[instance.label].append((rate, slowest, count))
+                    turn = delete_turn(instance, args.delete_receipts)
+                    deletes[instance.label].append(turn)
                     print(f"  round {round_number + 1} {'delete':<22} {instance.label:<5}"
-                          f" {rate:>7.0f}/s  slowest batch {slowest:.0f} ms ({count} receipts)",
+                          f" {turn.rate:>7.0f}/s  slowest batch {turn.slowest_ms:.0f} ms, longest"
+                          f" write {turn.longest_write_ms:.0f} ms ({turn.deleted} receipts)",
                           flush=True)  # fmt: skip
         print("\ncase                    small /s  p99 ms    full /s  p99 ms   rate ÷   p99 ×")
         for case in cases:
@@ -327,12 +360,16 @@ def main() -> None:
                   f" {rate_b / rate_a:>8.2f} {p99_b / p99_a:>7.2f}"
                   + (f"  non-2xx {errors}" if errors else ""))  # fmt: skip
         if "delete" in only and deletes["small"] and deletes["full"]:
-            a_rate = sum(r for r, _, _ in deletes["small"]) / len(deletes["small"])
-            b_rate = sum(r for r, _, _ in deletes["full"]) / len(deletes["full"])
-            a_slow = max(s for _, s, _ in deletes["small"])
-            b_slow = max(s for _, s, _ in deletes["full"])
+            a_rate = sum(t.rate for t in deletes["small"]) / len(deletes["small"])
+            b_rate = sum(t.rate for t in deletes["full"]) / len(deletes["full"])
+            a_slow = max(t.slowest_ms for t in deletes["small"])
+            b_slow = max(t.slowest_ms for t in deletes["full"])
             print(f"{'delete (slowest batch)':<22} {a_rate:>9.0f} {a_slow:>7.0f} {b_rate:>10.0f}"
                   f" {b_slow:>7.0f} {b_rate / a_rate:>8.2f} {b_slow / a_slow:>7.2f}")  # fmt: skip
+            a_write = max(t.longest_write_ms for t in deletes["small"])
+            b_write = max(t.longest_write_ms for t in deletes["full"])
+            print(f"longest write transaction: small {a_write:.0f} ms, full {b_write:.0f} ms")
+        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
