@@ -68,12 +68,31 @@ def independent_verdicts(
     verifiers: dict[str, list[str]], saved: bytes, keys: dict[str, Any], tmp_path: Path
 ) -> dict[str, bool]:
     """Whether each independent verifier accepts ``saved``."""
+    return _outcomes(verifiers, saved, keys, tmp_path, proofs=False)
+
+
+def independent_proofs(
+    verifiers: dict[str, list[str]], saved: bytes, keys: dict[str, Any], tmp_path: Path
+) -> dict[str, bool]:
+    """Whether each independent proof checker finds ``saved`` in the receipt log."""
+    return _outcomes(verifiers, saved, keys, tmp_path, proofs=True)
+
+
+def _outcomes(
+    verifiers: dict[str, list[str]],
+    saved: bytes,
+    keys: dict[str, Any],
+    tmp_path: Path,
+    *,
+    proofs: bool,
+) -> dict[str, bool]:
     saved_file, keys_file = tmp_path / "saved.json", tmp_path / "keys.json"
     saved_file.write_bytes(saved)
     keys_file.write_bytes(orjson.dumps(keys))
+    said = "in the log since" if proofs else "genuine:"
     verdicts = {}
     for name, command in verifiers.items():
-        if name.endswith(" proof"):
+        if name.endswith(" proof") != proofs:
             continue
         done = subprocess.run(
             [*command, str(saved_file), str(keys_file)],
@@ -82,28 +101,7 @@ def independent_verdicts(
             timeout=60,
             check=False,
         )
-        verdicts[name] = done.returncode == 0 and done.stdout.startswith("genuine:")
-    return verdicts
-
-
-def independent_proofs(
-    verifiers: dict[str, list[str]], saved: bytes, keys: dict[str, Any], tmp_path: Path
-) -> dict[str, bool]:
-    """Whether each independent proof checker finds ``saved`` in the receipt log."""
-    saved_file, keys_file = tmp_path / "saved.json", tmp_path / "keys.json"
-    saved_file.write_bytes(saved)
-    keys_file.write_bytes(orjson.dumps(keys))
-    verdicts = {}
-    for name, command in verifiers.items():
-        if name.endswith(" proof"):
-            done = subprocess.run(
-                [*command, str(saved_file), str(keys_file)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            verdicts[name] = done.returncode == 0 and done.stdout.startswith("in the log since")
+        verdicts[name] = done.returncode == 0 and done.stdout.startswith(said)
     return verdicts
 
 
