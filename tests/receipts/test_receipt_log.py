@@ -9,6 +9,7 @@ import base64
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,6 +26,7 @@ from kuitti.posting.checks import check_body
 from kuitti.posting.ingest import write_batch
 from kuitti.posting.service import Posting, create_receipts, prepare_posting
 from kuitti.receipts import log
+from kuitti.retention import delete_receipts
 from kuitti.services import Services
 from kuitti.signatures import Signer
 from tests.conftest import LiveServer
@@ -222,7 +224,7 @@ def test_a_batch_committed_during_a_seal_goes_into_the_next_head(
 
 
 def test_a_changed_document_proof_or_head_is_refused(
-    client: httpx.Client, services: Services, tmp_path: Any
+    client: httpx.Client, services: Services, tmp_path: Path
 ) -> None:
     merchant = make_partner(services)
     ids = [post(client, merchant.api_key, "R-1"), *write_together(services, merchant.api_key, 3)]
@@ -370,3 +372,35 @@ def test_the_backfill_logs_receipts_signed_before_the_log_began(
     keys = published(client)
     for receipt_id in ids:
         assert check(saved_receipt(client, merchant.api_key, receipt_id), keys)["valid"]
+
+
+def test_a_deleted_receipt_leaves_the_log_and_a_restored_one_its_proof(
+    client: httpx.Client, services: Services, tmp_path: Path
+) -> None:
+    """Retention deletes receipts, never the log: the other receipts of a batch keep their
+    proofs, and a receipt restored from its month's archive has its proof again."""
+    merchant = make_partner(services)
+    ids = write_together(services, merchant.api_key, 3)
+    seal(services)
+    keys = published(client)
+    saved = {receipt_id: saved_receipt(client, merchant.api_key, receipt_id) for receipt_id in ids}
+    archive = tmp_path / "january.tar"
+    run_json(services, "archive", "export", "--month", "2026-01", "--output", str(archive))
+
+    def log_rows() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        with services.db.session(write=False) as session:
+            batches = session.execute(select(ReceiptLogBatch.id, ReceiptLogBatch.leaves)).all()
+            tree_heads = session.execute(select(ReceiptLogHead.seq, ReceiptLogHead.jws)).all()
+        return [tuple(row) for row in batches], [tuple(row) for row in tree_heads]
+
+    before = log_rows()
+    with services.db.session() as session:
+        delete_receipts(session, [uuid.UUID(ids[0])])
+    assert log_rows() == before
+    for receipt_id in ids[1:]:
+        assert saved_receipt(client, merchant.api_key, receipt_id) == saved[receipt_id]
+        assert check(saved[receipt_id], keys)["log"]["status"] == log.IN_LOG
+
+    assert run_json(services, "archive", "restore", str(archive))["restored"] == 1
+    assert saved_receipt(client, merchant.api_key, ids[0]) == saved[ids[0]]
+    assert check(saved[ids[0]], keys)["log"]["status"] == log.IN_LOG
