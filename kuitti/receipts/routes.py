@@ -467,8 +467,6 @@ class _Unrendered:
     tag: str
     decided_on: Database
     """Where the rights were decided: the primary, or the replica while the primary is away."""
-    logged: str
-    """``signed_json``'s: where the receipt is in the receipt log (``log.log_state``)."""
 
 
 async def _receipt_answer(
@@ -498,7 +496,7 @@ async def _receipt_answer(
         return Response(status_code=304, headers=_answer_headers(tag))
     rendered = cached(tag)
     if rendered is None:
-        return _Unrendered(found, asked, tag, decided_on, logged)
+        return _Unrendered(found, asked, tag, decided_on)
     return _answer(tag, rendered)
 
 

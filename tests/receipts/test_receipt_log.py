@@ -5,6 +5,7 @@ is refused, before and after a key rotation."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import threading
 import uuid
@@ -29,6 +30,7 @@ from kuitti.receipts import log
 from kuitti.retention import delete_receipts
 from kuitti.services import Services
 from kuitti.signatures import Signer
+from kuitti.worker import run_log_sealer
 from tests.conftest import LiveServer
 from tests.factories import auth, make_partner, receipt_doc
 from tests.receipts.test_signing import post, published, read, saved_receipt
@@ -404,3 +406,28 @@ def test_a_deleted_receipt_leaves_the_log_and_a_restored_one_its_proof(
     assert run_json(services, "archive", "restore", str(archive))["restored"] == 1
     assert saved_receipt(client, merchant.api_key, ids[0]) == saved[ids[0]]
     assert check(saved[ids[0]], keys)["log"]["status"] == log.IN_LOG
+
+
+def test_the_worker_seals_every_few_seconds(client: httpx.Client, services: Services) -> None:
+    """The worker's step seals what was stored (``KUITTI_RECEIPT_LOG_SEAL_SECONDS``, here a
+    twentieth of a second), and once more as it stops."""
+    quick = services.settings.model_copy(update={"receipt_log_seal_seconds": 0.05})
+    worker_services = Services(settings=quick, db=services.db, clock=services.clock)
+    merchant = make_partner(services)
+
+    async def scenario() -> list[int]:
+        stop = asyncio.Event()
+        sealer = asyncio.create_task(run_log_sealer(worker_services, stop))
+        sealed: list[int] = []
+        for number in ("R-1", "R-2"):
+            await asyncio.to_thread(post, client, merchant.api_key, number)
+            async with asyncio.timeout(30):
+                while len(heads(services)) == len(sealed):
+                    await asyncio.sleep(0.01)  # the worker's next round: a condition, polled
+            sealed = [head.receipts for head in heads(services)]
+        stop.set()
+        await sealer
+        return sealed
+
+    assert asyncio.run(scenario()) == [1, 1]
+    assert_the_chain_holds(services)
