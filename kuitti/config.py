@@ -160,6 +160,12 @@ class Settings(BaseSettings):
         ge=1,
         description="PostgreSQL: months ahead for which the worker keeps partitions made.",
     )
+    receipt_log_seal_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds between the worker's signed tree heads of the receipt log (a "
+        "receipt's proof is pending until the next one).",
+    )
     sandbox_retention_days: int = Field(
         7, gt=0, description="Days a sandbox partner's receipt is kept before it is deleted."
     )

@@ -203,6 +203,16 @@ _MESSAGES: dict[str, tuple[str, str, str]] = {
         "Inget signerat kvitto hittades med denna kod.",
         "No signed receipt matches this code.",
     ),
+    "verify.in_log": (
+        "Kuittilokissa {since} alkaen (puun pää {head}).",
+        "I kvittologgen sedan {since} (trädhuvud {head}).",
+        "In the receipt log since {since} (tree head {head}).",
+    ),
+    "verify.log_pending": (
+        "Ei vielä kuittilokin allekirjoitetussa puun päässä: hae kuitti myöhemmin uudelleen.",
+        "Ännu inte i ett signerat trädhuvud i kvittologgen: hämta kvittot igen senare.",
+        "Not in a signed tree head of the receipt log yet: fetch the receipt again later.",
+    ),
     "signature": ("Allekirjoitus", "Signatur", "Signature"),
     "signature.by": ("Allekirjoittanut", "Signerat av", "Signed by"),
     "signature.how": (

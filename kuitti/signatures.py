@@ -37,10 +37,10 @@ from joserfc.jwk import ECKey
 from joserfc.jws import JWSRegistry
 from joserfc.registry import HeaderParameter
 from joserfc.util import urlsafe_b64decode
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from kuitti import locks
+from kuitti import locks, receipt_log
 from kuitti.clock import iso_utc
 from kuitti.config import Settings
 from kuitti.db import Database, database_of
@@ -214,26 +214,38 @@ def sign(
 def sign_existing(
     db: Database, settings: Settings, *, now: datetime, batch: int = 500, limit: int | None = None
 ) -> int:
-    """Sign stored receipts that have no signature yet, ``batch`` per transaction: stopped at
-    any point, it goes on where it stopped. Returns how many it signed."""
+    """Sign stored receipts that have no signature yet and enter them in the receipt log
+    (``kuitti.receipt_log``; receipts signed before the log began are only entered), ``batch``
+    per transaction: stopped at any point, it goes on where it stopped. Returns how many it
+    signed or entered."""
     box = SecretBox(settings.resolved_secret_key)
     signed = 0
+    after = uuid.UUID(int=0)
     while limit is None or signed < limit:
         size = batch if limit is None else min(batch, limit - signed)
         with db.session() as session:
             key = current_key(session, box, now=now)
             receipts = session.scalars(
-                select(Receipt).where(Receipt.signature.is_(None)).order_by(Receipt.id).limit(size)
+                select(Receipt)
+                .where(
+                    or_(Receipt.signature.is_(None), Receipt.log_batch_id.is_(None)),
+                    Receipt.id > after,
+                )
+                .order_by(Receipt.id)
+                .limit(size)
             ).all()
             for receipt in receipts:
-                receipt.signature = sign(
-                    key,
-                    receipt.document.encode("utf-8", errors="replace"),
-                    receipt_id=receipt.id,
-                    partner_id=receipt.partner_id,
-                    issuer=settings.issuer,
-                    now=now,
-                )
+                if receipt.signature is None:
+                    receipt.signature = sign(
+                        key,
+                        receipt.document.encode("utf-8", errors="replace"),
+                        receipt_id=receipt.id,
+                        partner_id=receipt.partner_id,
+                        issuer=settings.issuer,
+                        now=now,
+                    )
+            receipt_log.enter(session, receipts, now=now)
+        after = receipts[-1].id if receipts else after
         signed += len(receipts)
         if len(receipts) < size:
             break
@@ -349,18 +361,19 @@ def verify(document: bytes, signature: str, keys: dict[str, Any]) -> Verdict:
     return Verdict(VALID, "", header, key_status)
 
 
-def signed_document(document: bytes, signature: str) -> bytes:
+def signed_document(document: bytes, signature: str, log: dict[str, Any] | None = None) -> bytes:
     """A receipt and its signature as one document a person can save: the flattened JWS JSON
     serialization (RFC 7515 §7.2.2) with the unencoded payload (RFC 7797 §5) holding the
     document's text, which any JOSE library verifies as it is; ``keys`` names where the
-    signer's keys are published (a verifier decides for itself which keys it trusts)."""
+    signer's keys are published (a verifier decides for itself which keys it trusts), ``log``
+    the receipt's proof of inclusion in the receipt log (``kuitti.receipts.log``)."""
     protected, _, sig = signature.partition("..")
     issuer = signed_header(signature)["iss"]
     text = document.decode("utf-8", errors="replace")
-    return orjson.dumps(
-        {"protected": protected, "payload": text, "signature": sig, "keys": issuer + JWKS_PATH},
-        option=orjson.OPT_INDENT_2,
-    )
+    saved = {"protected": protected, "payload": text, "signature": sig, "keys": issuer + JWKS_PATH}
+    if log is not None:
+        saved["log"] = log
+    return orjson.dumps(saved, option=orjson.OPT_INDENT_2)
 
 
 def verify_saved(saved: bytes, keys: dict[str, Any]) -> tuple[Verdict, bytes | None]:

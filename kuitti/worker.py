@@ -22,6 +22,7 @@ from kuitti.cards.settler import run_settler
 from kuitti.delivery.mail import send_due_mail
 from kuitti.housekeeping import run_housekeeping
 from kuitti.logs import configure_logging, log
+from kuitti.receipts.log import seal_now
 from kuitti.receipts.sandbox import purge_sandbox_receipts
 from kuitti.services import Services
 from kuitti.webhooks.events import WEBHOOKS
@@ -80,7 +81,8 @@ async def run_worker(
     poll_seconds: float = POLL_SECONDS,
 ) -> None:
     """Run until ``stop`` is set: webhooks, e-mail, the card-linking re-check, the sandbox
-    clean-up and the housekeeping (``kuitti.housekeeping``) side by side.
+    clean-up, the receipt log's tree heads and the housekeeping (``kuitti.housekeeping``) side
+    by side.
 
     ``poll_seconds`` bounds how long a retry that fell due, or an event queued by another
     process without PostgreSQL's NOTIFY (SQLite), waits to be noticed."""
@@ -91,6 +93,7 @@ async def run_worker(
     if settle:
         steps.append(run_settler(services, stop))
     steps.append(run_sandbox_purge(services, stop))
+    steps.append(run_log_sealer(services, stop))
     steps.append(run_housekeeping(services, stop))
     helpers = [asyncio.create_task(step) for step in steps]
     try:
@@ -126,3 +129,18 @@ async def run_sandbox_purge(services: Services, stop: asyncio.Event) -> None:
             log.warning("sandbox purge failed", error=f"{type(exc).__name__}: {exc}"[:300])
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), SANDBOX_PURGE_SECONDS)
+
+
+async def run_log_sealer(services: Services, stop: asyncio.Event) -> None:
+    """Sign a tree head over the receipt log's new batches (``kuitti.receipts.log.seal``)
+    every ``KUITTI_RECEIPT_LOG_SEAL_SECONDS`` until ``stop`` is set."""
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), services.settings.receipt_log_seal_seconds)
+        try:
+            now = services.clock.now()
+            head = await asyncio.to_thread(seal_now, services.db, services.settings, now=now)
+            if head is not None:
+                log.info("receipt log sealed", seq=head["seq"], batches=head["tree_size"])
+        except Exception as exc:  # database trouble: the next round seals what this one did not
+            log.warning("receipt log seal failed", error=f"{type(exc).__name__}: {exc}"[:300])

@@ -21,7 +21,7 @@ from kuitti.models.receipts import (
     ReceiptGrant,
     ReceiptLink,
 )
-from kuitti.models.signing import ReceiptSigningKey
+from kuitti.models.signing import ReceiptLogBatch, ReceiptLogHead, ReceiptSigningKey
 from kuitti.models.users import LoginThrottle, User, UserSession, UserToken
 
 __all__ = [
@@ -47,6 +47,8 @@ __all__ = [
     "ReceiptDelivery",
     "ReceiptGrant",
     "ReceiptLink",
+    "ReceiptLogBatch",
+    "ReceiptLogHead",
     "ReceiptSigningKey",
     "SigningKey",
     "User",

@@ -70,6 +70,9 @@ class Receipt(Base):
     # The detached JWS over ``document``'s UTF-8 bytes (``kuitti.signatures``), written with
     # the receipt; empty only for a receipt stored before signing until the backfill signs it.
     signature: Mapped[str | None] = mapped_column(Text, default=None)
+    # The receipt log's batch that holds the hash of ``signature`` (``kuitti.receipt_log``):
+    # written with the receipt. No foreign key: its check would cost every insert a probe.
+    log_batch_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
 
 
 class ReceiptLink(Base):

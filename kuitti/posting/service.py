@@ -28,7 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from kuitti import links, locks, signatures
+from kuitti import links, locks, receipt_log, signatures
 from kuitti.cards.matching import card_payment_inserts, card_payment_rows
 from kuitti.config import Settings
 from kuitti.db import database_of
@@ -41,6 +41,7 @@ from kuitti.models import (
     Receipt,
     ReceiptGrant,
     ReceiptLink,
+    ReceiptLogBatch,
 )
 from kuitti.models.receipts import GrantReason
 from kuitti.partners.keys import KeyHolder, current_key_holders
@@ -181,6 +182,7 @@ def _store(
     )
     receipt = Receipt(**rows.receipt)
     session.add(receipt)
+    receipt_log.enter(session, [receipt], now=now)
     session.add(ReceiptGrant(**rows.grant))
     session.flush()
     session.add_all([ReceiptLink(**link) for link in rows.links])
@@ -242,6 +244,7 @@ def receipt_rows(
             "signature": signatures.sign(
                 key, document, receipt_id=receipt_id, partner_id=poster.id, issuer=issuer, now=now
             ),
+            "log_batch_id": None,  # its batch's, once the writer knows it (kuitti.receipt_log)
             "document_hash": request.resend_hash,
             "receipt_number": doc.receiptNumber,
             "receipt_time": doc.receipt_time,
@@ -501,15 +504,19 @@ def _plain_rows(
 
 
 def _store_together(session: Session, rows: list[PlainRows]) -> None:
-    """Insert prepared receipts: one statement per table."""
+    """Insert prepared receipts, and their batch of the receipt log: one statement per
+    table."""
     if not rows:
         return
     receipt_links = [link for r in rows for link in r.rows.links]
     payments = [payment for r in rows for payment in r.rows.payments]
+    receipts = [r.rows.receipt for r in rows]
+    batch = receipt_log.enter_rows(receipts, now=receipts[-1]["created_at"])
     database_of(session).insert_rows(
         session,
         {
-            Receipt: [r.rows.receipt for r in rows],
+            Receipt: receipts,
+            ReceiptLogBatch: [batch],
             ReceiptGrant: [r.rows.grant for r in rows],
             ReceiptLink: receipt_links,
             IdempotencyRecord: [r.record for r in rows if r.record is not None],

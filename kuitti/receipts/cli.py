@@ -32,6 +32,7 @@ from kuitti.errors import InvalidRequest
 from kuitti.models import Partner, PartnerRole, ReceiptSigningKey
 from kuitti.partners.service import PartnerInputError, get_partner
 from kuitti.posting.checks import dry_run
+from kuitti.receipts import log
 from kuitti.receipts.sandbox import purge_sandbox_receipts
 from kuitti.security import SecretBox
 
@@ -42,6 +43,8 @@ receipts_app = typer.Typer(
 receipts_app.command("explain")(explain)
 keys_app = typer.Typer(help="Receipt-signing keys.", no_args_is_help=True)
 receipts_app.add_typer(keys_app, name="keys")
+log_app = typer.Typer(help="The receipt log: signed tree heads.", no_args_is_help=True)
+receipts_app.add_typer(log_app, name="log")
 
 SKIPPED_OFFLINE = (
     "namespace ownership and RECEIPT_ID use were not checked: they need the database "
@@ -192,6 +195,19 @@ def sign_existing(
     emit({"signed": count}, as_json, f"signed {count} receipt(s)")
 
 
+@log_app.command("seal")
+def seal_log(as_json: JsonFlag = False) -> None:
+    """Sign a tree head over the receipt log's batches that no head holds yet, now (the worker
+    does it every KUITTI_RECEIPT_LOG_SEAL_SECONDS)."""
+    services = open_services()
+    head = log.seal_now(services.db, services.settings, now=services.clock.now())
+    if head is None:
+        emit({"head": None}, as_json, "nothing to seal: every batch is in a tree head")
+        return
+    human = f"tree head {head['seq']}: {head['tree_size']} batch(es), {head['receipts']} receipt(s)"
+    emit({"head": head}, as_json, human)
+
+
 @receipts_app.command("verify")
 def verify(
     files: Annotated[
@@ -208,8 +224,9 @@ def verify(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Check saved receipts against the published receipt-signing keys: exit status 0 when
-    every file is genuine, 1 when one is not (tampered, an unknown key, not a signed receipt)."""
+    """Check saved receipts against the published receipt-signing keys, and the proof each
+    carries that it is in the receipt log: exit status 0 when every file is genuine, 1 when one
+    is not (tampered, a false proof, an unknown key, not a signed receipt)."""
     key_set = _key_set(keys)
     results = []
     for path in files:
@@ -219,16 +236,16 @@ def verify(
             fail(f"{path}: {exc.strerror or exc}")
         attached = _attached(saved)
         if attached is None:
-            verdict = signatures.Verdict(signatures.MALFORMED, _NO_ATTACHMENT)
+            result = signatures.Verdict(signatures.MALFORMED, _NO_ATTACHMENT).as_json()
         else:
-            verdict, _document = signatures.verify_saved(attached, key_set)
-        results.append({"file": str(path), **verdict.as_json()})
+            result = log.check_saved(attached, key_set)
+        results.append({"file": str(path), **result})
     valid = all(r["valid"] for r in results)
     human = "\n".join(
         f"{r['file']}: {r['status']}"
         + (
             f" (receipt {r['receipt_id']} signed by {r['issuer']}, key {r['kid']}"
-            + f", {r['key_status']})"
+            + f", {r['key_status']}; {log.described(r)})"
             if r["valid"]
             else f": {r['reason']}"
         )

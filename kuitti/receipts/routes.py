@@ -37,7 +37,7 @@ from kuitti.models import Partner, Receipt
 from kuitti.oauth.bearer import reading_connection
 from kuitti.partners.keys import READERS, Credentials
 from kuitti.posting.ingest import IDEMPOTENCY_KEY_MAX, Ingest
-from kuitti.receipts import readers
+from kuitti.receipts import log, readers
 from kuitti.receipts.answers import ReceiptCreated, ReceiptList
 from kuitti.receipts.formats import DataFormat, Rendered
 from kuitti.receipts.formats.layout import Layout
@@ -485,7 +485,13 @@ async def _receipt_answer(
     found, decided_on = await _decided(
         services, partial(_readable, services, credentials, asked.receipt_id)
     )
-    tag = etag(found, found.poster, asked.fmt, layout=asked.layout, locale=asked.locale)
+    logged = ""
+    if asked.fmt is DataFormat.SIGNED_JSON:  # its proof changes once a tree head holds it
+        rows = await decided_on.read_rows_async(log.LOG_STATE, {"receipt_id": found.id})
+        logged = log.log_state(bool(rows), rows[0][0] if rows else None)
+    tag = etag(
+        found, found.poster, asked.fmt, layout=asked.layout, locale=asked.locale, logged=logged
+    )
     if asked.if_none_match and _etag_matches(asked.if_none_match, tag):
         return Response(status_code=304, headers=_answer_headers(tag))
     rendered = cached(tag)
@@ -520,11 +526,19 @@ def _rendered_from(session: Session, unrendered: _Unrendered, *, expected: bool)
     poster = session.get(Partner, found.poster.id)
     if receipt is None or poster is None:
         return None
-    tag = etag(receipt, poster, fmt, layout=layout, locale=locale)
+    proof = log.inclusion(session, receipt) if fmt is DataFormat.SIGNED_JSON else None
+    logged = "" if proof is None else proof.state
+    tag = etag(receipt, poster, fmt, layout=layout, locale=locale, logged=logged)
     if expected and tag != unrendered.tag:
         return None
     rendered = render(
-        receipt, poster, fmt, layout=layout, locale=locale, relations=relations(session, receipt)
+        receipt,
+        poster,
+        fmt,
+        layout=layout,
+        locale=locale,
+        relations=relations(session, receipt),
+        log=proof,
     )
     return _answer(tag, rendered)
 

@@ -15,8 +15,10 @@ from starlette.formparsers import MultiPartException
 
 from kuitti import signatures
 from kuitti.deps import ServicesDep
+from kuitti.errors import NotFound
 from kuitti.i18n import LANGUAGES, Language, negotiate_locale, translate
 from kuitti.models import Receipt
+from kuitti.receipts import log
 from kuitti.responses import ORJSONResponse
 from kuitti.security import SecretBox
 from kuitti.services import Services
@@ -84,6 +86,8 @@ _TEXT_KEYS = (
     "retired",
     "stored",
     "not_found",
+    "in_log",
+    "log_pending",
 )
 
 
@@ -104,10 +108,11 @@ def verify_page(request: Request, services: ServicesDep) -> Response:
         receipt = session.get(Receipt, wanted)
         document = receipt.document.encode() if receipt is not None else b""
         signature = receipt.signature if receipt is not None else None
+        proof = log.inclusion(session, receipt) if receipt is not None else None
     if signature is None or signatures.fingerprint(document) != short:
         return _page(request, language, {"status": "not_found"}, 404)
-    verdict = signatures.verify(document, signature, keys)
-    return _page(request, language, {**verdict.as_json(), "stored": True})
+    saved = signatures.signed_document(document, signature, proof.member if proof else None)
+    return _page(request, language, {**log.check_saved(saved, keys), "stored": True})
 
 
 @router.post(VERIFY_PATH, include_in_schema=False)
@@ -129,5 +134,28 @@ async def verify_upload(request: Request, services: ServicesDep) -> Response:
     if len(saved) > SAVED_MAX_BYTES:
         return _page(request, language, {"status": signatures.MALFORMED}, 413)
     keys = published_keys(services)
-    verdict, _ = signatures.verify_saved(saved, keys)
-    return _page(request, language, verdict.as_json(), 200 if verdict.valid else 422)
+    result = log.check_saved(saved, keys)
+    return _page(request, language, result, 200 if result["valid"] else 422)
+
+
+@router.get(
+    f"{log.HEADS_PATH}/{{seq}}",
+    summary="A signed tree head of the receipt log",
+    responses={404: {"description": "No such tree head (yet)."}},
+)
+def receipt_log_head(seq: str, services: ServicesDep) -> ORJSONResponse:
+    """The tree head ``seq`` (1, 2, …) or ``latest``: its claims and its JWS, which anyone may
+    keep a copy of. A head never changes once published."""
+    number = None if seq == log.LATEST else _head_number(seq)
+    with services.db.session(write=False) as session:
+        head = log.published_head(session, number)
+    if head is None:
+        raise NotFound()
+    cache = "public, max-age=60" if number is None else "public, max-age=31536000, immutable"
+    return ORJSONResponse(head, headers={"Cache-Control": cache})
+
+
+def _head_number(seq: str) -> int:
+    if not seq.isdigit() or len(seq) > 12:
+        raise NotFound()
+    return int(seq)

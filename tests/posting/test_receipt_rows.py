@@ -14,8 +14,9 @@ from typing import Any
 import orjson
 from sqlalchemy import Table, select
 
+from kuitti import receipt_log
 from kuitti.db import Base
-from kuitti.models import Partner, Receipt
+from kuitti.models import Partner, Receipt, ReceiptLogBatch
 from kuitti.partners.keys import key_digest, look_up_holder
 from kuitti.posting.checks import check_body
 from kuitti.posting.ingest import write_batch
@@ -32,8 +33,9 @@ TABLES = {
     "card_payments": "receipt_id",
 }
 # A signature names its receipt and ES256 signs with a random nonce: it differs by nature
-# (both are checked to verify).
-NEW_IDS = {"id", "receipt_id", "identifier", "payment_id", "signature"}
+# (both are checked to verify), and so does the receipt log's batch that holds its hash (both
+# are checked to hold it).
+NEW_IDS = {"id", "receipt_id", "identifier", "payment_id", "signature", "log_batch_id"}
 
 
 def stored_rows(services: Services, receipt_id: uuid.UUID) -> dict[str, list[dict[str, Any]]]:
@@ -98,3 +100,6 @@ def test_the_batch_and_create_receipt_store_the_same_rows(services: Services) ->
             assert receipt is not None
             assert receipt.signature is not None
             assert verify(receipt.document.encode(), receipt.signature, keys).valid
+            batch = session.get(ReceiptLogBatch, receipt.log_batch_id)
+            assert batch is not None
+            assert receipt_log.position(batch.leaves, receipt.signature) is not None

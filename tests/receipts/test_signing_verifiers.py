@@ -1,6 +1,8 @@
 """Independent verifiers: the test vectors and receipts posted to a running kuitti, checked by
 kuitti, by jwcrypto and by Node's jose, each running the ten-line verifier docs/signing.md
-gives partners."""
+gives partners; and the proofs that receipts are in the receipt log, checked by kuitti and by
+the two proof checkers docs/signing.md gives (their own RFC 9162 path computation, jwcrypto
+and jose for the tree head's signature)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import pytest
 from pypdf import PdfReader
 
 from kuitti import signatures
+from kuitti.receipts import log
 from kuitti.services import Services
 from tests.factories import auth, make_partner, receipt_doc
 from tests.receipts.formats.support import decoded_codes, pdf_pages_png, pdf_text
@@ -28,13 +31,15 @@ VECTORS = ROOT / "docs" / "signing-vectors.json"
 NODE_MODULES = ROOT / "tests" / "js" / "node_modules"
 
 
-def snippet(language: str) -> str:
-    """The verifier in ``language`` as docs/signing.md gives it."""
+def snippet(language: str, which: int = 0) -> str:
+    """The verifier in ``language`` as docs/signing.md gives it: the signature's (0, ten lines
+    at most) or the receipt log's proof's (1)."""
     text = (ROOT / "docs" / "signing.md").read_text(encoding="utf-8")
-    match = re.search(rf"```{language}\n(.*?)```", text, re.DOTALL)
-    assert match is not None, f"docs/signing.md has no {language} verifier"
-    code = match.group(1)
-    assert len([line for line in code.splitlines() if line.strip()]) <= 10
+    found = re.findall(rf"```{language}\n(.*?)```", text, re.DOTALL)
+    assert len(found) > which, f"docs/signing.md has no {language} verifier {which}"
+    code: str = found[which]
+    if which == 0:
+        assert len([line for line in code.splitlines() if line.strip()]) <= 10
     return code
 
 
@@ -49,9 +54,13 @@ def verifiers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     (folder / "node_modules").symlink_to(NODE_MODULES)
     (folder / "verify.py").write_text(snippet("python"), encoding="utf-8")
     (folder / "verify.mjs").write_text(snippet("javascript"), encoding="utf-8")
+    (folder / "proof.py").write_text(snippet("python", 1), encoding="utf-8")
+    (folder / "proof.mjs").write_text(snippet("javascript", 1), encoding="utf-8")
     return {
         "jwcrypto": [sys.executable, str(folder / "verify.py")],
         "jose": [node, str(folder / "verify.mjs")],
+        "jwcrypto proof": [sys.executable, str(folder / "proof.py")],
+        "jose proof": [node, str(folder / "proof.mjs")],
     }
 
 
@@ -59,11 +68,32 @@ def independent_verdicts(
     verifiers: dict[str, list[str]], saved: bytes, keys: dict[str, Any], tmp_path: Path
 ) -> dict[str, bool]:
     """Whether each independent verifier accepts ``saved``."""
+    return _outcomes(verifiers, saved, keys, tmp_path, proofs=False)
+
+
+def independent_proofs(
+    verifiers: dict[str, list[str]], saved: bytes, keys: dict[str, Any], tmp_path: Path
+) -> dict[str, bool]:
+    """Whether each independent proof checker finds ``saved`` in the receipt log."""
+    return _outcomes(verifiers, saved, keys, tmp_path, proofs=True)
+
+
+def _outcomes(
+    verifiers: dict[str, list[str]],
+    saved: bytes,
+    keys: dict[str, Any],
+    tmp_path: Path,
+    *,
+    proofs: bool,
+) -> dict[str, bool]:
     saved_file, keys_file = tmp_path / "saved.json", tmp_path / "keys.json"
     saved_file.write_bytes(saved)
     keys_file.write_bytes(orjson.dumps(keys))
+    said = "in the log since" if proofs else "genuine:"
     verdicts = {}
     for name, command in verifiers.items():
+        if name.endswith(" proof") != proofs:
+            continue
         done = subprocess.run(
             [*command, str(saved_file), str(keys_file)],
             capture_output=True,
@@ -71,7 +101,7 @@ def independent_verdicts(
             timeout=60,
             check=False,
         )
-        verdicts[name] = done.returncode == 0 and done.stdout.startswith("genuine:")
+        verdicts[name] = done.returncode == 0 and done.stdout.startswith(said)
     return verdicts
 
 
@@ -86,6 +116,9 @@ def test_every_vector_gets_its_verdict_from_every_verifier(
         "wrong_key",
         "unknown_key",
         "retired_key",
+        "tampered_proof",
+        "tampered_tree_head",
+        "pending",
     }
     for name, vector in data["vectors"].items():
         saved = orjson.dumps(vector["saved"])
@@ -96,6 +129,13 @@ def test_every_vector_gets_its_verdict_from_every_verifier(
             "jwcrypto": genuine,
             "jose": genuine,
         }, name
+        if vector["log"] is not None:
+            assert log.check_saved(saved, data["keys"])["log"]["status"] == vector["log"], name
+            in_log = vector["log"] == log.IN_LOG
+            assert independent_proofs(verifiers, saved, data["keys"], tmp_path) == {
+                "jwcrypto proof": in_log,
+                "jose proof": in_log,
+            }, name
     retired = signatures.verify_saved(
         orjson.dumps(data["vectors"]["retired_key"]["saved"]), data["keys"]
     )[0]
@@ -116,6 +156,23 @@ def test_receipts_posted_today_verify_anywhere_and_a_changed_byte_nowhere(
     keys = client.get(signatures.JWKS_PATH).json()
     both = {"jwcrypto": True, "jose": True}
     assert independent_verdicts(verifiers, saved, keys, tmp_path) == both
+    another = client.post("/api/v1/receipts/", json=receipt_doc(), headers=auth(merchant.api_key))
+    assert another.status_code == 200, another.text
+    assert log.seal_now(services.db, services.settings, now=services.clock.now()) is not None
+    saved = client.get(
+        f"/api/v1/receipts/{receipt_id}/signed_json/", headers=auth(merchant.api_key)
+    ).content
+    assert independent_verdicts(verifiers, saved, keys, tmp_path) == both
+    proofs = {"jwcrypto proof": True, "jose proof": True}
+    assert independent_proofs(verifiers, saved, keys, tmp_path) == proofs
+    proof = orjson.loads(saved)["log"]
+    head_path = [f"A{h[1:]}" if h[0] != "A" else f"B{h[1:]}" for h in proof["head_path"]]
+    assert head_path  # the other receipt's batch is in the head too
+    false = orjson.dumps({**orjson.loads(saved), "log": {**proof, "head_path": head_path}})
+    assert independent_proofs(verifiers, false, keys, tmp_path) == {
+        "jwcrypto proof": False,
+        "jose proof": False,
+    }
 
     data = orjson.loads(saved)
     payload = data["payload"]

@@ -36,6 +36,7 @@ from kuitti.receipts.formats import (
     service_pdf,
 )
 from kuitti.receipts.formats.layout import Layout
+from kuitti.receipts.log import Inclusion
 from kuitti.receipts.relations import NO_RELATIONS, Related, Relations, relations, relations_key
 from kuitti.receipts.view import build_view, parse_document, relation_lines
 
@@ -116,13 +117,15 @@ class Account(Protocol):
 
 
 def _key_parts(
-    receipt: Keyed, poster: Account, fmt: DataFormat, layout: Layout, locale: str
+    receipt: Keyed, poster: Account, fmt: DataFormat, layout: Layout, locale: str, logged: str
 ) -> tuple[str, ...]:
     base: tuple[str, ...] = (RENDERER_VERSION, str(receipt.id), receipt.document_hash, fmt.value)
     related = relations_key(receipt)
     row = FORMATS[fmt]
     if related and row.shows_relations:
         base = (*base, related)
+    if logged and fmt is DataFormat.SIGNED_JSON:
+        base = (*base, logged)
     return (*base, *row.depends_on(poster, layout, locale))
 
 
@@ -133,10 +136,13 @@ def etag(
     *,
     layout: Layout = Layout.A4,
     locale: str = "en",
+    logged: str = "",
 ) -> str:
     """A strong ETag for the rendering (no rendering needed: the relations' part of the key is
-    read from the receipt row)."""
-    digest = hashlib.sha256("\x1f".join(_key_parts(receipt, poster, fmt, layout, locale)).encode())
+    read from the receipt row; ``logged`` is ``signed_json``'s: where the receipt is in the
+    receipt log, ``kuitti.receipts.log.log_state``)."""
+    parts = _key_parts(receipt, poster, fmt, layout, locale, logged)
+    digest = hashlib.sha256("\x1f".join(parts).encode())
     return f'"{digest.hexdigest()[:32]}"'
 
 
@@ -153,18 +159,24 @@ def render(
     layout: Layout = Layout.A4,
     locale: str = "en",
     relations: Relations = NO_RELATIONS,
+    log: Inclusion | None = None,
 ) -> Rendered:
     """The receipt in the requested format. ``poster`` is the partner that posted it (Finvoice
     needs its bank account). ``layout`` (A4 or till roll) applies to ``service_pdf``;
     ``locale`` (fi, sv, en) to the PDFs' labels and number style; ``relations`` are the
-    receipt's (``kuitti.receipts.relations.relations``)."""
+    receipt's (``kuitti.receipts.relations.relations``); ``log`` its proof of inclusion in the
+    receipt log, which ``signed_json`` carries (``kuitti.receipts.log.inclusion``)."""
     # The key has the relations' part of the row: rendering them without it would poison it.
     assert relations is not NO_RELATIONS or not relations_key(receipt), "relations not given"
-    key = etag(receipt, poster, fmt, layout=layout, locale=locale)
+    logged = "" if log is None else log.state
+    key = etag(receipt, poster, fmt, layout=layout, locale=locale, logged=logged)
     cached = cache.get(key)
     if cached is not None:
         return cached
-    rendered = _render(receipt, poster, fmt, layout, as_language(locale).value, relations)
+    if fmt is DataFormat.SIGNED_JSON:
+        rendered = _rendered_signed_json(receipt, log)
+    else:
+        rendered = _render(receipt, poster, fmt, layout, as_language(locale).value, relations)
     cache.put(key, rendered)
     return rendered
 
@@ -208,6 +220,17 @@ def _signed_json(
     receipt: Receipt, _poster: Partner, _layout: Layout, _locale: str, _relations: Relations
 ) -> bytes:
     return signatures.signed_document(_utf8(receipt.document), _signature(receipt))
+
+
+def _rendered_signed_json(receipt: Receipt, log: Inclusion | None) -> Rendered:
+    """``signed_json`` with the receipt's proof of inclusion in the receipt log, when it has
+    one (a format's row renders it without: its ``render`` takes no proof)."""
+    row = FORMATS[DataFormat.SIGNED_JSON]
+    member = None if log is None else log.member
+    content = signatures.signed_document(_utf8(receipt.document), _signature(receipt), member)
+    return Rendered(
+        content, row.media_type, row.file_name.format(number=safe_name(receipt.receipt_number))
+    )
 
 
 def _signature(receipt: Receipt) -> str:
