@@ -1,6 +1,6 @@
-"""Partitions and retention on a filled database: what migration 0007 locks, what dropping a
-month costs against deleting its receipts row by row, and how long a retention batch holds
-SQLite's one writer.
+"""Partitions and retention on a filled database: what migrations 0007 and 0009 lock, what
+dropping a month costs (statement by statement) against deleting its receipts row by row, and
+how long a retention batch holds SQLite's one writer.
 
     .venv/bin/python bench/partitions.py postgresql://kuitti:kuitti@127.0.0.1:5432/FILLED
     .venv/bin/python bench/partitions.py sqlite:////path/to/filled.db
@@ -9,12 +9,15 @@ FILLED is a database made by ``bench/fill.py`` (at revision 0006 for PostgreSQL:
 0007, or keep a copy). PostgreSQL: the bench works on copies (``CREATE DATABASE ... TEMPLATE``)
 and drops them; nobody may be connected to FILLED meanwhile. It prints:
 
-- migration 0007's time with its exclusive locks held (the whole transaction), without and
-  with ``kuitti db partitions --prepare`` first, and the prepare step's own time (writes go on);
-- while 0007 runs, the longest a one-row read of ``receipts`` waited (a probe every 10 ms);
+- the time migrations 0007 (receipts, grants, deliveries) and 0009 (card payments) each hold
+  their exclusive locks (each its own transaction here; ``kuitti db upgrade`` runs them in one,
+  which holds the locks for the sum), without and with ``kuitti db partitions --prepare``
+  first, and the prepare step's own time (writes go on);
+- while each runs, the longest a one-row read of ``receipts`` (0007) or ``card_payments``
+  (0009) waited (a probe every 10 ms);
 - a month of N receipts (copied into a month's partitions with their grants, deliveries, card
-  payments and links): the time to drop it (``kuitti.retention.drop_month``) against deleting
-  the same number of receipts in retention batches;
+  payments and links): the time to drop it (``kuitti.retention.drop_month``), statement by
+  statement, against deleting the same number of receipts in retention batches;
 SQLite: the time of one retention batch (``RECEIPT_BATCH`` receipts) and receipts per second.
 """
 
@@ -26,26 +29,25 @@ import statistics
 import sys
 import threading
 import time
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
+from alembic import command
 from sqlalchemy import select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kuitti.db import Database
 from kuitti.dbmigrate import upgrade
+from kuitti.migrate_alembic import alembic_config
 from kuitti.models import Receipt
-from kuitti.partitions import (
-    ensure_month_partitions,
-    month_floor,
-    partitions,
-    prepare_partitioning,
-)
+from kuitti.months import Month
+from kuitti.partitioning import prepare_partitioning
+from kuitti.partitions import ensure_month_partitions, partitions
 from kuitti.retention import RECEIPT_BATCH, delete_receipts, drop_month
 
-MONTH = date(2027, 2, 1)
+MONTH = Month(2027, 2)
 
 
 def copy_of(admin_url: str, template: str) -> str:
@@ -60,8 +62,9 @@ def drop(admin_url: str, name: str) -> None:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def migrate_with_probe(url: str) -> tuple[float, float]:
-    """0007's time, and the longest a one-row read of receipts waited meanwhile."""
+def migrate_with_probe(url: str, revision: str, probed: str) -> tuple[float, float]:
+    """The time of the upgrade to ``revision`` (one transaction, its locks held throughout),
+    and the longest a one-row read of ``probed`` waited meanwhile."""
     db = Database(url, pool_size=2)
     done, waits = threading.Event(), []
 
@@ -69,14 +72,17 @@ def migrate_with_probe(url: str) -> tuple[float, float]:
         with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as connection:
             while not done.is_set():
                 started = time.perf_counter()
-                connection.execute("SELECT 1 FROM receipts LIMIT 1").fetchall()
+                connection.execute(f"SELECT 1 FROM {probed} LIMIT 1").fetchall()  # noqa: S608
                 waits.append(time.perf_counter() - started)
                 done.wait(0.01)
 
     prober = threading.Thread(target=probe)
     prober.start()
     started = time.perf_counter()
-    upgrade(db)
+    config = alembic_config(db.url)
+    with db.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
     took = time.perf_counter() - started
     done.set()
     prober.join()
@@ -84,10 +90,35 @@ def migrate_with_probe(url: str) -> tuple[float, float]:
     return took, max(waits)
 
 
+def migrations(url: str, label: str) -> None:
+    """0007, then 0008 (a new table: no figure), then 0009, each timed with its probe."""
+    for revision, probed in (("0007", "receipts"), ("0008", None), ("0009", "card_payments")):
+        if probed is None:
+            upgrade_to(url, revision)
+            continue
+        took, wait = migrate_with_probe(url, revision, probed)
+        print(
+            f"{revision} {label}: {took:.2f} s with locks held;"
+            f" longest read wait of {probed} {wait:.2f} s"
+        )
+    db = Database(url, pool_size=1)
+    upgrade(db)
+    db.dispose()
+
+
+def upgrade_to(url: str, revision: str) -> None:
+    db = Database(url, pool_size=1)
+    config = alembic_config(db.url)
+    with db.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+    db.dispose()
+
+
 def fill_month(db: Database, receipts: int) -> None:
     """Copy ``receipts`` receipts of the legacy partition into ``MONTH`` with their grants,
     deliveries, card payments and links: the month's first millisecond, the ids' random bits."""
-    prefix = f"{month_floor(MONTH).int >> 80:012x}"
+    prefix = f"{MONTH.first_id.int >> 80:012x}"
     new_id = f"('{prefix}' || substr(replace({{0}}::text, '-', ''), 13))::uuid"
     with db.engine.begin() as connection:
         ensure_month_partitions(connection, MONTH)
@@ -143,18 +174,18 @@ def fill_month(db: Database, receipts: int) -> None:
         connection.commit()
 
 
-def month_drop(db: Database) -> float:
+def month_drop(db: Database) -> tuple[float, list[tuple[str, float]]]:
     with db.engine.connect() as connection:
         [month] = [p for p in partitions(connection, "receipts") if p.month == MONTH]
     started = time.perf_counter()
     with db.session() as session:
-        drop_month(session, month)
-    return time.perf_counter() - started
+        steps = drop_month(session, month)
+    return time.perf_counter() - started, steps
 
 
 def batch_deletes(db: Database, receipts: int) -> list[float]:
     """Delete ``receipts`` receipts in retention batches; each batch's time."""
-    low, high = month_floor(MONTH), month_floor(date(MONTH.year, MONTH.month + 1, 1))
+    low, high = MONTH.first_id, MONTH.next.first_id
     times = []
     for _ in range(receipts // RECEIPT_BATCH):
         started = time.perf_counter()
@@ -208,8 +239,7 @@ def main() -> None:
 
     plain = copy_of(admin, template)
     try:
-        took, wait = migrate_with_probe(url(plain))
-        print(f"0007 without prepare: {took:.2f} s with locks held; longest read wait {wait:.2f} s")
+        migrations(url(plain), "without prepare")
     finally:
         drop(admin, plain)
     prepared = copy_of(admin, template)
@@ -221,13 +251,14 @@ def main() -> None:
             f"kuitti db partitions --prepare: {time.perf_counter() - started:.2f} s (writes go on)"
         )
         db.dispose()
-        took, wait = migrate_with_probe(url(prepared))
-        print(f"0007 after prepare: {took:.2f} s with locks held; longest read wait {wait:.2f} s")
+        migrations(url(prepared), "after prepare")
         db = Database(url(prepared), pool_size=2)
         count = args.month_receipts
         fill_month(db, count)
-        dropped = month_drop(db)
+        dropped, steps = month_drop(db)
         print(f"drop a month of {count:,} receipts (detach + drop): {dropped:.2f} s")
+        for what, seconds in steps:
+            print(f"  {what}: {seconds:.3f} s")
         fill_month(db, count)
         times = batch_deletes(db, count)
         total = sum(times)

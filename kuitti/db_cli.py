@@ -14,13 +14,8 @@ import typer
 
 from kuitti.cli_helpers import JsonFlag, emit, fail, open_database, settings_or_exit
 from kuitti.dbmigrate import upgrade
-from kuitti.partitions import (
-    PARTITIONED,
-    ensure_partitions_ahead,
-    partition_summary,
-    prepare_partitioning,
-    validate_foreign_keys,
-)
+from kuitti.partitioning import prepare_partitioning, validate_foreign_keys
+from kuitti.partitions import PARTITIONED, ensure_partitions_ahead, partition_summary
 
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 
@@ -45,13 +40,15 @@ def db_partitions(
     prepare: Annotated[
         bool,
         typer.Option(
-            help="Before migration 0007: add and validate the CHECK constraints that let it "
-            "attach the existing tables without reading them, while the service runs on."
+            help="Before migrations 0007 and 0009: add and validate the CHECK constraints that "
+            "let them attach the existing tables without reading them, while the service runs on."
         ),
     ] = False,
     validate: Annotated[
         bool,
-        typer.Option(help="After migration 0007: validate the foreign keys it left NOT VALID."),
+        typer.Option(
+            help="After migrations 0007 and 0009: validate the foreign keys they left NOT VALID."
+        ),
     ] = False,
     as_json: JsonFlag = False,
 ) -> None:
@@ -75,6 +72,7 @@ def db_partitions(
     data = {"done": done, "partitions": listed}
     lines = [f"{line}" for line in done] + [
         f"{p['name']}  {p['from'] or 'MINVALUE'} .. {p['to'] or 'DEFAULT'}  ~{p['rows']} rows"
+        + (f"  refers to {p['refers_to']}" if p["refers_to"] else "")
         for table in listed.values()
         for p in table
     ]

@@ -19,10 +19,11 @@ Two ways, both run by the worker's hourly housekeeping:
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import datetime, timedelta
 
-from sqlalchemy import Select, delete, select, text, update
+from sqlalchemy import Executable, Select, delete, select, text, update
 from sqlalchemy.orm import Session
 
 from kuitti.config import Settings
@@ -41,7 +42,14 @@ from kuitti.models import (
     ReceiptLink,
 )
 from kuitti.models.receipts import GrantReason
-from kuitti.partitions import PARTITIONED, Partition, is_partitioned, partitions
+from kuitti.partitions import (
+    PARTITIONED,
+    Partition,
+    is_partition_of,
+    is_partitioned,
+    partition_name,
+    partitions,
+)
 from kuitti.readahead import KEYS, Rows, read_ahead
 from kuitti.services import Services
 
@@ -195,7 +203,7 @@ def newest_receipt_times(session: Session, month: Partition) -> dict[str, str]:
 
 def month_is_expired(session: Session, month: Partition, now: datetime, settings: Settings) -> bool:
     """Whether every receipt in ``month`` (a past partition of ``receipts``) is past its
-    partner's retention, and no grant in the month's partition belongs to an older receipt."""
+    partner's retention, and no grant made in the month belongs to an older receipt."""
     days = {
         str(partner.id): retention_days(partner, settings)
         for partner in session.scalars(select(Partner))
@@ -204,51 +212,91 @@ def month_is_expired(session: Session, month: Partition, now: datetime, settings
         kept = days.get(partner_id)
         if kept is None or datetime.fromisoformat(receipt_time) >= now - timedelta(days=kept):
             return False
-    grants = month.name.replace("receipts_", "receipt_grants_", 1)
     older = session.execute(
-        text(f"SELECT 1 FROM {grants} WHERE receipt_id < :low LIMIT 1"),  # noqa: S608
-        {"low": month.low},
+        select(ReceiptGrant.id)
+        .where(
+            ReceiptGrant.id >= month.low,
+            ReceiptGrant.id < month.high,
+            ReceiptGrant.receipt_id < month.low,
+        )
+        .limit(1)
     ).first()
     return older is None
 
 
-def drop_month(session: Session, month: Partition) -> None:
-    """Remove a month's receipts by detaching and dropping its partitions. Rows elsewhere that
-    refer to them go first, each through an index range on the month's ids."""
+def _timed(
+    steps: list[tuple[str, float]], what: str, statement: Executable | str, session: Session
+) -> None:
+    started = time.perf_counter()
+    session.execute(text(statement) if isinstance(statement, str) else statement)
+    steps.append((what, time.perf_counter() - started))
+
+
+def drop_month(session: Session, month: Partition) -> list[tuple[str, float]]:
+    """Remove an ingest month's receipts by detaching and dropping its partitions; each step
+    and its seconds. Rows elsewhere that refer to them go first, each through an index range on
+    the month's ids. A table with no partition of the month (``card_payments`` from before
+    migration 0009, a month whose rows went to a default partition) has the month's rows
+    deleted instead, before its referred table's partition is detached."""
     low, high = month.low, month.high
     assert low is not None
     assert high is not None
+    assert month.month is not None
+    steps: list[tuple[str, float]] = []
     session.execute(text("SET LOCAL lock_timeout = '10s'"))
-    session.execute(
+    _timed(
+        steps,
+        "returns forget their original",
         update(Receipt)
         .where(Receipt.original_receipt_id >= low, Receipt.original_receipt_id < high)
-        .values(original_receipt_id=None)
+        .values(original_receipt_id=None),
+        session,
     )
     payments = select(CardPaymentRecord.id).where(
         CardPaymentRecord.receipt_id >= low, CardPaymentRecord.receipt_id < high
     )
-    session.execute(
-        update(CardPurchase).where(CardPurchase.payment_id.in_(payments)).values(payment_id=None)
+    _timed(
+        steps,
+        "card_purchases freed",
+        update(CardPurchase).where(CardPurchase.payment_id.in_(payments)).values(payment_id=None),
+        session,
     )
-    session.execute(delete(CardMatchingQueue).where(CardMatchingQueue.payment_id.in_(payments)))
+    _timed(
+        steps,
+        "card_matching_queue",
+        delete(CardMatchingQueue).where(CardMatchingQueue.payment_id.in_(payments)),
+        session,
+    )
     for column in (
         CardMatch.receipt_id,
-        CardPaymentRecord.receipt_id,
         ReceiptLink.receipt_id,
         ReceiptClaim.receipt_id,
         MailMessage.receipt_id,
     ):
-        session.execute(delete(column.table).where(column >= low, column < high))
+        _timed(
+            steps,
+            column.table.name,
+            delete(column.table).where(column >= low, column < high),
+            session,
+        )
     # Grants made in a later month (a card, a connection) for the month's receipts.
-    session.execute(
+    _timed(
+        steps,
+        "receipt_grants of later months",
         delete(ReceiptGrant).where(
             ReceiptGrant.id >= high, ReceiptGrant.receipt_id >= low, ReceiptGrant.receipt_id < high
-        )
+        ),
+        session,
     )
-    for table in PARTITIONED:
-        name = month.name.replace("receipts_", f"{table}_", 1)
-        session.execute(text(f"ALTER TABLE {table} DETACH PARTITION {name}"))
-        session.execute(text(f"DROP TABLE {name}"))
+    for table, key in PARTITIONED.items():
+        name = partition_name(table, month.month)
+        if is_partition_of(session, name, table):
+            _timed(steps, f"detach {name}", f"ALTER TABLE {table} DETACH PARTITION {name}", session)
+            _timed(steps, f"drop {name}", f"DROP TABLE {name}", session)
+        else:
+            where = f"{key} >= '{low}' AND {key} < '{high}'"
+            _timed(steps, f"delete from {table}", f"DELETE FROM {table} WHERE {where}", session)  # noqa: S608
+    return steps
 
 
 def _past(partition: Partition, now: datetime) -> bool:
@@ -294,5 +342,5 @@ def drop_expired_months(services: Services) -> list[str]:
         with services.db.session() as session:
             if month_is_expired(session, month, now, services.settings):
                 drop_month(session, month)
-                dropped.append(month.month.isoformat()[:7])
+                dropped.append(str(month.month))
     return dropped

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy import Executable, Select, event
+from sqlalchemy.orm import Session
 
 from kuitti.db import Database
 
@@ -23,6 +24,13 @@ def explain(db: Database, statement: Select[Any], params: Mapping[str, Any]) -> 
 def explain_in_session(db: Database, statement: Executable) -> str:
     """The plan of ``statement`` as a session sends it (its SQL and values caught at the
     driver, expanded ``IN`` lists included), explained as ``explain`` does."""
+    return explain_sent(db, lambda session: session.execute(statement).all())
+
+
+def explain_sent(db: Database, work: Callable[[Session], object], kind: str = "SELECT") -> str:
+    """The plan of the one ``kind`` statement (``SELECT``, ``UPDATE``) that ``work`` sends in a
+    session of its own (the ORM's flush included), explained as ``explain`` does. The session
+    commits: an ``UPDATE`` is explained after it ran."""
     sent: list[tuple[str, Any]] = []
 
     def catch(_conn: object, _cursor: object, sql: str, values: Any, *_args: object) -> None:
@@ -30,11 +38,11 @@ def explain_in_session(db: Database, statement: Executable) -> str:
 
     event.listen(db.engine, "before_cursor_execute", catch)
     try:
-        with db.session(write=False) as session:
-            session.execute(statement).all()
+        with db.session(write=kind != "SELECT") as session:
+            work(session)
     finally:
         event.remove(db.engine, "before_cursor_execute", catch)
-    [(sql, values)] = [(sql, values) for sql, values in sent if sql.lstrip().startswith("SELECT")]
+    [(sql, values)] = [(sql, values) for sql, values in sent if sql.lstrip().startswith(kind)]
     return _explain(db, sql, values)
 
 

@@ -1,6 +1,7 @@
-"""Migration 0007 on a PostgreSQL database that holds receipts: the tables become partitioned
-in place, every row stays where it is and reads as before, the foreign keys it leaves
-``NOT VALID`` validate afterwards, and its downgrade is refused."""
+"""Migrations 0007 and 0009 on a PostgreSQL database that holds receipts: the tables become
+partitioned in place, every row stays where it is and reads as before, the card payments' legacy
+and month partitions refer to the receipts partitions of the same range, the foreign keys they
+leave ``NOT VALID`` validate afterwards, and their downgrades are refused."""
 
 from __future__ import annotations
 
@@ -12,20 +13,15 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 from alembic import command
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from kuitti.db import Database
 from kuitti.dbmigrate import upgrade
 from kuitti.ids import new_id
 from kuitti.migrate_alembic import alembic_config
-from kuitti.partitions import (
-    add_months,
-    first_partitioned_month,
-    month_floor,
-    partitions,
-    prepare_partitioning,
-    validate_foreign_keys,
-)
+from kuitti.partitioning import first_partitioned_month, prepare_partitioning, validate_foreign_keys
+from kuitti.partitions import partitions
+from kuitti.retention import drop_month
 from tests.conftest import PG_ADMIN_URL
 
 pytestmark = pytest.mark.postgres_only
@@ -110,6 +106,27 @@ def fill(db: Database) -> None:
                 ),
                 {"n": f"id-{number}", "r": receipt},
             )
+            connection.execute(
+                text(
+                    "INSERT INTO card_payments (id, receipt_id, payment_index, status, amount,"
+                    " currency, paid_at, reason, sandbox, created_at, updated_at)"
+                    " VALUES (:id, :r, 0, 'waiting', 100, 'EUR', :now, '{}', false, :now, :now)"
+                ),
+                {"id": new_id(), "r": receipt, "now": now},
+            )
+
+
+def copy_a_receipt(connection: Connection, receipt_id: uuid.UUID) -> None:
+    """A copy of a stored receipt under the id ``receipt_id``."""
+    connection.execute(
+        text(
+            "INSERT INTO receipts SELECT :id, partner_id, document, document_hash, 'NEW',"
+            " receipt_time, receipt_timestamp, merchant_name, total, currency,"
+            " token_statuses, created_at, original_receipt_id, return_count, sandbox"
+            " FROM receipts LIMIT 1"
+        ),
+        {"id": receipt_id},
+    )
 
 
 def counted(db: Database, table: str) -> int:
@@ -121,31 +138,49 @@ def test_0007_partitions_a_database_with_data_in_place(old_database: Database) -
     db = old_database
     assert prepare_partitioning(db.engine, datetime.now(UTC))  # the online step first
     upgrade(db)
-    for table in ("receipts", "receipt_grants", "receipt_deliveries"):
+    for table in ("receipts", "receipt_grants", "receipt_deliveries", "card_payments"):
         assert counted(db, table) == RECEIPTS
         assert counted(db, f"{table}_legacy") == RECEIPTS
     assert counted(db, "receipt_links") == RECEIPTS
+    with db.engine.connect() as connection:
+        # The payments' legacy partition ends where the receipts' does and refers to it; each
+        # month's payments and deliveries refer to that month's receipts.
+        bounds = {
+            table: [(p.name, p.high) for p in partitions(connection, table)]
+            for table in ("receipts", "card_payments")
+        }
+        keys: dict[str, str] = dict(
+            connection.execute(
+                text(
+                    "SELECT conrelid::regclass::text, confrelid::regclass::text"
+                    " FROM pg_constraint WHERE contype = 'f' AND conparentid = 0"
+                    " AND confrelid::regclass::text LIKE 'receipts%'"
+                    " AND (conrelid::regclass::text LIKE 'card_payments%'"
+                    " OR conrelid::regclass::text LIKE 'receipt_deliveries%')"
+                )
+            ).all()
+        )
+    assert [high for _name, high in bounds["card_payments"]] == [
+        high for _name, high in bounds["receipts"]
+    ]
+    for table in ("card_payments", "receipt_deliveries"):
+        assert keys.pop(f"{table}_legacy") == "receipts_legacy"
+        assert keys.pop(f"{table}_default") == "receipts"
+    assert keys == {name: "receipts_" + name.rpartition("_")[2] for name in keys}
+    assert len(keys) == 2 * 4
     assert validate_foreign_keys(db.engine)  # the re-pointed keys of unpartitioned tables
     assert validate_foreign_keys(db.engine) == []
     # A row of the first partitioned month goes to its partition; a link to it is checked.
     first = first_partitioned_month(datetime.now(UTC))
-    later = uuid.UUID(int=month_floor(first).int + 1)
+    later = uuid.UUID(int=first.first_id.int + 1)
     with db.engine.begin() as connection:
-        connection.execute(
-            text(
-                "INSERT INTO receipts SELECT :id, partner_id, document, document_hash, 'NEW',"
-                " receipt_time, receipt_timestamp, merchant_name, total, currency,"
-                " token_statuses, created_at, original_receipt_id, return_count, sandbox"
-                " FROM receipts LIMIT 1"
-            ),
-            {"id": later},
-        )
+        copy_a_receipt(connection, later)
         where = connection.execute(
             text("SELECT tableoid::regclass::text FROM receipts WHERE id = :id"), {"id": later}
         ).scalar_one()
         names = [p.name for p in partitions(connection, "receipts")]
     assert where == f"receipts_p{first.year:04d}{first.month:02d}"
-    assert f"receipts_p{add_months(first, 3).strftime('%Y%m')}" in names
+    assert f"receipts_p{(first + 3).year:04d}{(first + 3).month:02d}" in names
     with pytest.raises(Exception, match="violates foreign key"), db.engine.begin() as connection:
         connection.execute(
             text(
@@ -163,3 +198,50 @@ def test_0007_downgrade_is_refused_on_postgresql(old_database: Database) -> None
         config.attributes["connection"] = connection
         with pytest.raises(RuntimeError, match="one-way"):
             command.downgrade(config, "0006")
+
+
+def test_0009_keeps_payments_posted_into_receipts_months_in_its_legacy_partition(
+    old_database: Database,
+) -> None:
+    """A database that took receipts into a month's partition between 0007 and 0009: the
+    payments' legacy partition runs to the next month boundary instead, refers to the receipts'
+    parent, and a drop of that month deletes its payments by range."""
+    db = old_database
+    with db.engine.begin() as connection:
+        config = alembic_config(db.url)
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0008")
+        [month] = [p for p in partitions(connection, "receipts") if p.month is not None][:1]
+        assert month.low is not None
+        receipt = uuid.UUID(int=month.low.int + 1)
+        copy_a_receipt(connection, receipt)
+        connection.execute(
+            text(
+                "INSERT INTO card_payments SELECT gen_random_uuid(), :id, payment_index, status,"
+                " merchant_id, amount, pre_authorized_amount, currency, paid_at, masked_pan,"
+                " pan_last4, authorization_code, reference_number, settle_at, reason, sandbox,"
+                " created_at, updated_at FROM card_payments LIMIT 1"
+            ),
+            {"id": receipt},
+        )
+    upgrade(db)
+    with db.engine.connect() as connection:
+        [legacy] = [p for p in partitions(connection, "card_payments") if p.name.endswith("legacy")]
+        where = connection.execute(
+            text("SELECT tableoid::regclass::text FROM card_payments WHERE receipt_id = :id"),
+            {"id": receipt},
+        ).scalar_one()
+        referred = connection.execute(
+            text(
+                "SELECT confrelid::regclass::text FROM pg_constraint"
+                " WHERE conrelid = 'card_payments_legacy'::regclass AND contype = 'f'"
+                " AND conparentid = 0"
+            )
+        ).scalar_one()
+    assert legacy.high is not None
+    assert legacy.high > month.low
+    assert (where, referred) == ("card_payments_legacy", "receipts")
+    with db.session() as session:
+        steps = [what for what, _seconds in drop_month(session, month)]
+    assert "delete from card_payments" in steps
+    assert counted(db, "card_payments") == RECEIPTS

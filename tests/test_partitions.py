@@ -7,29 +7,34 @@ from __future__ import annotations
 
 import types
 import uuid
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import func, select, text
+from sqlalchemy.exc import IntegrityError
 
 from kuitti.clock import FrozenClock
 from kuitti.housekeeping import delete_expired
 from kuitti.models import (
     CardPaymentRecord,
+    CardPurchase,
     Partner,
     Receipt,
     ReceiptGrant,
     ReceiptLink,
 )
+from kuitti.months import Month
 from kuitti.partitions import (
     ensure_month_partitions,
     is_partitioned,
     partitions,
 )
 from kuitti.partners.service import NewPartner
+from kuitti.retention import drop_month
 from kuitti.services import Services
+from tests.cards.support import AUTH_CODE, make_world
 from tests.factories import auth, make_partner, receipt_doc, token_body
 from tests.test_cli import run, run_json
 
@@ -111,7 +116,7 @@ def test_a_post_into_a_month_without_a_partition_is_stored_in_the_default(
     assert partition_of(services, receipt_id) == "receipts_default"
     assert readable(client, merchant, receipt_id) == 200
     with services.db.session() as session:
-        made = ensure_month_partitions(session, date(2031, 5, 1))
+        made = ensure_month_partitions(session, Month(2031, 5))
     # Its rows are in the default: that month gets no partition of receipts (PostgreSQL would
     # refuse it), and the next post of the month still goes in.
     assert "receipts_p203105" not in made
@@ -125,8 +130,8 @@ def test_a_receipt_id_is_unique_in_its_namespace_across_months(
     merchant = make_partner(services, namespaces=["kauppa"])
     token = {"type": "RECEIPT_ID", "namespace": "kauppa", "value": "till-1-0001"}
     with services.db.session() as session:
-        ensure_month_partitions(session, date(2027, 1, 1))
-        ensure_month_partitions(session, date(2027, 2, 1))
+        ensure_month_partitions(session, Month(2027, 1))
+        ensure_month_partitions(session, Month(2027, 2))
     id_clock(datetime(2027, 1, 20, tzinfo=UTC))
     first = post(client, merchant, datetime(2027, 1, 20, tzinfo=UTC), token)
     assert first.status_code == 200, first.text
@@ -139,6 +144,53 @@ def test_a_receipt_id_is_unique_in_its_namespace_across_months(
 
 
 @postgres_only
+def test_a_months_card_payments_go_with_its_receipts_and_free_their_purchases(
+    client: httpx.Client, services: Services, clock: FrozenClock, id_clock: Any
+) -> None:
+    """A month's card payments are in its partition, which refers to the month's receipts;
+    dropping the month detaches both, deletes its matches and frees the purchases they took."""
+    world = make_world(services, client, clock)
+    with services.db.session() as session:
+        ensure_month_partitions(session, Month(2027, 1))
+    world.enroll()
+    world.transaction(authorization_code=AUTH_CODE)
+    id_clock(datetime(2027, 1, 10, tzinfo=UTC))
+    receipt_id = world.receipt()
+    assert world.matched_card(receipt_id) is not None
+    with services.db.session(write=False) as session:
+        where = session.execute(
+            text("SELECT tableoid::regclass::text FROM card_payments WHERE receipt_id = :r"),
+            {"r": uuid.UUID(receipt_id)},
+        ).scalar_one()
+        [month] = [p for p in partitions(session, "receipts") if p.month == Month(2027, 1)]
+    assert where == "card_payments_p202701"
+    # (receipt_id, payment_index) stays unique in the partitioned table.
+    with pytest.raises(IntegrityError), services.db.session() as session:
+        session.execute(
+            text(
+                "INSERT INTO card_payments SELECT gen_random_uuid(), receipt_id, payment_index,"
+                " status, merchant_id, amount, pre_authorized_amount, currency, paid_at,"
+                " masked_pan, pan_last4, authorization_code, reference_number, settle_at, reason,"
+                " sandbox, created_at, updated_at FROM card_payments"
+            )
+        )
+
+    with services.db.session() as session:
+        steps = [what for what, _seconds in drop_month(session, month)]
+
+    assert [step for step in steps if step.startswith(("detach", "delete from"))] == [
+        "detach receipt_deliveries_p202701",
+        "detach receipt_grants_p202701",
+        "detach card_payments_p202701",
+        "detach receipts_p202701",
+    ]
+    assert world.matches() == []
+    assert count(services, CardPaymentRecord) == 0
+    with services.db.session(write=False) as session:
+        assert list(session.scalars(select(CardPurchase.payment_id))) == [None]
+
+
+@postgres_only
 def test_retention_drops_an_expired_month_and_keeps_the_rest(
     client: httpx.Client, services: Services, clock: FrozenClock, id_clock: Any
 ) -> None:
@@ -148,7 +200,7 @@ def test_retention_drops_an_expired_month_and_keeps_the_rest(
     set_retention(services, long, 3650)
     with services.db.session() as session:
         for number in (1, 2, 3):
-            ensure_month_partitions(session, date(2027, number, 1))
+            ensure_month_partitions(session, Month(2027, number))
     receipts: dict[str, list[str]] = {"jan": [], "feb": [], "feb_long": [], "mar": []}
     for key, month, merchant in (
         ("jan", 1, short),
@@ -249,4 +301,15 @@ def test_db_partitions_lists_them_or_says_sqlite_has_none(services: Services) ->
     data = run_json(services, "db", "partitions", "--ahead", "1")
     names = [p["name"] for p in data["partitions"]["receipts"]]
     assert names[-1] == "receipts_default"
-    assert set(data["partitions"]) == {"receipts", "receipt_grants", "receipt_deliveries"}
+    assert set(data["partitions"]) == {
+        "receipts",
+        "receipt_grants",
+        "receipt_deliveries",
+        "card_payments",
+    }
+    # Each month's payments and deliveries refer to that month's receipts, the default to all.
+    for table in ("card_payments", "receipt_deliveries"):
+        for listed in data["partitions"][table]:
+            if listed["month"] is not None:
+                assert listed["refers_to"] == listed["name"].replace(table, "receipts")
+        assert data["partitions"][table][-1]["refers_to"] == "receipts"

@@ -24,7 +24,6 @@ import itertools
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,8 @@ from kuitti.archive.fileformat import ArchiveError, ArchiveReader, Group, Row, v
 from kuitti.archive.tables import PART_BY_NAME, PARTS, RECEIPTS, type_name
 from kuitti.db import Database, table
 from kuitti.models import CardMatch, CardPurchase, ReceiptLink
-from kuitti.partitions import ensure_month_partitions, month_of_id
+from kuitti.months import Month
+from kuitti.partitions import ensure_month_partitions
 
 BATCH = 500
 MAX_PROBLEMS = 20
@@ -175,13 +175,14 @@ def _schema_problems(reader: ArchiveReader) -> list[str]:
     return problems
 
 
-def ensure_partitions(session: Session, groups: list[Group], made: set[date]) -> None:
+def ensure_partitions(session: Session, groups: list[Group], made: set[Month]) -> None:
     """The partitions that the batch's rows go to, made before they go in (PostgreSQL; a
-    no-op on SQLite). A row's partition is the month its id was made in, which a dropped
-    month's archive brings back; ``made`` holds the months already seen."""
+    no-op on SQLite). A row's partition is its ingest month (``Month.of_id``: the month its id,
+    or its receipt's, was made in), which a dropped month's archive brings back, whatever the
+    receipt month the archive holds; ``made`` holds the months already seen."""
     ids = [group.receipt_id for group in groups]
     ids += [row["id"] for group in groups for row in group.rows.get("receipt_grants", [])]
-    for month in {month_of_id(row_id) for row_id in ids} - made:
+    for month in {Month.of_id(row_id) for row_id in ids} - made:
         ensure_month_partitions(session, month)
         made.add(month)
 
@@ -206,7 +207,7 @@ def restore(db: Database, path: Path, *, batch: int = BATCH) -> dict[str, Any]:
                 break
     if problems:
         raise RestoreRefused(problems[:MAX_PROBLEMS])
-    made: set[date] = set()
+    made: set[Month] = set()
     outcome: dict[str, Any] = {
         "month": str(month),
         "restored": 0,

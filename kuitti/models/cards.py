@@ -63,7 +63,10 @@ class CardPurchase(Base):
 
     ``authorization_code`` and ``reference_number`` are whatever its transactions carried (they
     never disagree: a clearing whose code differs from an auth's starts a purchase of its own).
-    ``payment_id`` is the receipt payment it served; a purchase serves at most one.
+    ``payment_id`` is the receipt payment it served; a purchase serves at most one. No foreign
+    key: ``card_payments`` is partitioned by its receipt's month on PostgreSQL, a key to it
+    would have to name the receipt, and each would make a month's drop read this table
+    (``kuitti.partitions``); the drop frees the month's purchases first (``kuitti.retention``).
     """
 
     __tablename__ = "card_purchases"
@@ -74,9 +77,7 @@ class CardPurchase(Base):
     merchant_name: Mapped[str] = mapped_column(String(500))
     authorization_code: Mapped[str | None] = mapped_column(String(200))
     reference_number: Mapped[str | None] = mapped_column(String(200))
-    payment_id: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("card_payments.id"), unique=True
-    )
+    payment_id: Mapped[uuid.UUID | None] = mapped_column(unique=True)
     created_at: Mapped[datetime]
 
 
@@ -184,6 +185,11 @@ class CardPaymentRecord(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
+    # The ORM names a row by (id, receipt_id): on PostgreSQL the table is partitioned by the
+    # receipt's month and its primary key is that pair, so an update finds the row's partition
+    # from its WHERE instead of probing every month's (``kuitti.partitions``).
+    __mapper_args__ = {"primary_key": [id, receipt_id]}  # noqa: RUF012
+
 
 class CardMatchingQueue(Base):
     """A new CARD payment waiting for the matching worker, recorded in the receipt's transaction
@@ -207,12 +213,13 @@ class CardMatch(Base):
     """A receipt payment delivered to a card's holder, and why (``explanation``).
 
     ``purchase_id`` is null for a pilot card matched on its masked PAN alone (pilot banks report
-    no transactions)."""
+    no transactions). ``payment_id`` is a payment of the receipt ``receipt_id``, with no foreign
+    key for the reason ``CardPurchase`` gives; a month's drop deletes the month's matches first."""
 
     __tablename__ = "card_matches"
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
-    payment_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("card_payments.id"), unique=True)
+    payment_id: Mapped[uuid.UUID] = mapped_column(unique=True)
     receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"), index=True)
     card_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("cards.id"), index=True)
     purchase_id: Mapped[uuid.UUID | None] = mapped_column(

@@ -29,14 +29,12 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-from kuitti.partitions import (
-    PARTITIONED,
-    add_months,
-    ensure_month_partitions,
+from kuitti.partitioning import (
     first_partitioned_month,
-    legacy_check,
-    month_floor,
+    partition_in_place,
+    referencing_foreign_keys,
 )
+from kuitti.partitions import ensure_month_partitions
 
 revision: str = "0007"
 down_revision: str | None = "0006"
@@ -44,6 +42,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 MONTHS_AHEAD = 3
+# What this revision partitions, by its key; the referred table last (``card_payments`` is 0009's).
+TABLES = {"receipt_deliveries": "receipt_id", "receipt_grants": "id", "receipts": "id"}
 
 
 def upgrade() -> None:
@@ -53,94 +53,17 @@ def upgrade() -> None:
     bind = op.get_bind()
     now = datetime.now(UTC)  # ids carry the system clock's time (kuitti.ids)
     first = first_partitioned_month(now)
-    bound = month_floor(first)
-    referencing = _referencing_foreign_keys(bind)
+    referencing = referencing_foreign_keys(bind, TABLES)
     for constraint, table, _definition in referencing:
         op.execute(f"ALTER TABLE {table} DROP CONSTRAINT {constraint}")
-    for table, key in reversed(PARTITIONED.items()):  # receipts first: the others refer to it
-        _partition(bind, table, key, bound)
+    for table, key in reversed(TABLES.items()):  # receipts first: the others refer to it
+        partition_in_place(bind, table, key, first.first_id, TABLES)
     for constraint, table, definition in referencing:
         # PostgreSQL 15 checks a partitioned table's foreign key when it is made.
-        deferred = "" if table in PARTITIONED else " NOT VALID"
+        deferred = "" if table in TABLES else " NOT VALID"
         op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {constraint} {definition}{deferred}")
     for count in range(MONTHS_AHEAD + 1):
-        ensure_month_partitions(bind, add_months(first, count))
-
-
-def _referencing_foreign_keys(bind: sa.Connection) -> list[tuple[str, str, str]]:
-    """Every foreign key that references a table about to be partitioned: name, table, DDL."""
-    rows = bind.execute(
-        sa.text(
-            "SELECT conname, conrelid::regclass::text, pg_get_constraintdef(oid)"
-            " FROM pg_constraint WHERE contype = 'f'"
-            " AND confrelid::regclass::text = ANY(:tables)"
-        ),
-        {"tables": list(PARTITIONED)},
-    )
-    return [(name, table, definition) for name, table, definition in rows]
-
-
-def _partition(bind: sa.Connection, table: str, key: str, bound: object) -> None:
-    legacy = f"{table}_legacy"
-    check = legacy_check(table)
-    has_check = bind.execute(
-        sa.text(
-            "SELECT convalidated FROM pg_constraint"
-            " WHERE conname = :name AND conrelid = to_regclass(:table)"
-        ),
-        {"name": check, "table": table},
-    ).scalar()
-    if has_check is None:
-        op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {check} CHECK ({key} < '{bound}') NOT VALID")
-    if not has_check:
-        op.execute(f"ALTER TABLE {table} VALIDATE CONSTRAINT {check}")
-    indexes = list(
-        bind.execute(
-            sa.text(
-                "SELECT i.relname, pg_get_indexdef(i.oid), c.conname FROM pg_index x"
-                " JOIN pg_class i ON i.oid = x.indexrelid"
-                " LEFT JOIN pg_constraint c ON c.conindid = i.oid AND c.contype = 'p'"
-                " WHERE x.indrelid = to_regclass(:table)"
-            ),
-            {"table": table},
-        )
-    )
-    own_keys = list(
-        bind.execute(
-            sa.text(
-                "SELECT conname, pg_get_constraintdef(oid), confrelid::regclass::text"
-                " FROM pg_constraint WHERE contype IN ('f', 'c')"
-                " AND conrelid = to_regclass(:table) AND conname <> :check"
-            ),
-            {"table": table, "check": check},
-        )
-    )
-    op.execute(f"ALTER TABLE {table} RENAME TO {legacy}")
-    for name, _definition, primary in indexes:
-        if primary:
-            op.execute(f"ALTER TABLE {legacy} RENAME CONSTRAINT {primary} TO {primary}_legacy")
-        else:
-            op.execute(f"ALTER INDEX {name} RENAME TO {name}_legacy")
-    for name, definition, referenced in own_keys:
-        # A key to a table that is now a partition must point at its new parent instead.
-        if referenced in PARTITIONED:
-            op.execute(f"ALTER TABLE {legacy} DROP CONSTRAINT {name}")
-        else:
-            op.execute(f"ALTER TABLE {legacy} RENAME CONSTRAINT {name} TO {name}_legacy")
-    op.execute(
-        f"CREATE TABLE {table} (LIKE {legacy} INCLUDING DEFAULTS INCLUDING GENERATED)"
-        f" PARTITION BY RANGE ({key})"
-    )
-    for name, definition, primary in indexes:
-        if primary:
-            columns = definition[definition.index("(") :]
-            op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {primary} PRIMARY KEY {columns}")
-        else:
-            op.execute(definition.replace(f" ON public.{table} ", f" ON {table} "))
-    for name, definition, _referenced in own_keys:
-        op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}")
-    op.execute(f"ALTER TABLE {table} ATTACH PARTITION {legacy} FOR VALUES FROM (MINVALUE) TO ('{bound}')")
-    op.execute(f"CREATE TABLE {table}_default PARTITION OF {table} DEFAULT")
+        ensure_month_partitions(bind, first + count)
 
 
 def downgrade() -> None:
