@@ -71,6 +71,10 @@ class Receipt(Base):
     # the receipt; empty only for a receipt stored before signing until the backfill signs it.
     signature: Mapped[str | None] = mapped_column(Text, default=None)
 
+    @property
+    def signed(self) -> bool:
+        return self.signature is not None
+
 
 class ReceiptLink(Base):
     """A RECEIPT_ID token: the receipt identifier is unique within its namespace.
