@@ -368,10 +368,11 @@ def sign_postings(settings: Settings, batch: list[Prepared]) -> None:
     """Sign the rows of ``batch``'s postings, one after the other, before the writer's
     transaction begins (on SQLite it holds the one write lock).
 
-    Here rather than as each posting's rows are built: a signature costs OpenSSL about twice
-    the CPU right after a receipt's validation, which has taken its tables out of the CPU's
-    caches, than right after another signature (``bench/ingest_inprocess.py --signing-turns``,
-    docs/performance.md). A batch's rows are signed once, whatever becomes of the batch."""
+    Here rather than as each posting's rows are built: right after a receipt's validation,
+    which has taken OpenSSL's tables out of the CPU's caches, a signature costs two to four
+    times what it costs right after another signature (``bench/ingest_inprocess.py
+    --signing-turns``, docs/performance.md). A batch's rows are signed once, whatever becomes
+    of the batch."""
     for prepared in batch:
         if prepared.rows is not None:
             prepared.rows.rows.sign(prepared.key, settings.issuer)
