@@ -7,6 +7,7 @@ beside the CPU of validation alone on the same bodies in the same process (the p
 that ``parse_receipt_request`` owns; the rest is the framework, authentication and the write).
 
     .venv/bin/python bench/ingest_inprocess.py [--database sqlite|postgresql] [--receipts 2000]
+    .venv/bin/python bench/ingest_inprocess.py --signing-turns 8    # what signing costs a post
     .venv/bin/py-spy record --gil --format raw -o profile.txt -- \\
         .venv/bin/python bench/ingest_inprocess.py          # where the CPU goes
 """
@@ -18,6 +19,7 @@ import asyncio
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,7 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 from bare_app import parse_only  # noqa: E402  (bench/bare_app.py)
 from ingest import BIN, database, realistic_receipt  # noqa: E402  (bench/ingest.py)
+from what_if import no_signature  # noqa: E402  (bench/what_if.py)
 
+from kuitti import signatures  # noqa: E402
 from kuitti.app import create_app, tune_garbage_collector  # noqa: E402
 from kuitti.receipts.validation import parse_receipt_request  # noqa: E402
 
@@ -108,6 +112,38 @@ async def run(app: object, bodies: list[bytes], api_key: str, count: int, client
     await asyncio.gather(*(client() for _ in range(clients)))
 
 
+def cpu_per_post(app: object, bodies: list[bytes], api_key: str, count: int, clients: int) -> float:
+    """CPU (ms) of this process per post, over ``count`` posts."""
+    cpu = time.process_time()
+    asyncio.run(run(app, bodies, api_key, count, clients))
+    return 1000 * (time.process_time() - cpu) / count
+
+
+def signing_in_turns(
+    app: object, bodies: list[bytes], api_key: str, args: argparse.Namespace
+) -> None:
+    """Rounds with signing and without it in turns, so that the machine's pace moves both
+    alike; the best and the median round of each, and the difference of the medians."""
+    signing = signatures.sign
+    rounds: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(args.signing_turns):
+        for signed in (True, False):
+            signatures.sign = signing if signed else no_signature
+            rounds[signed].append(cpu_per_post(app, bodies, api_key, args.receipts, args.clients))
+    signatures.sign = signing
+    medians = {signed: statistics.median(cpu) for signed, cpu in rounds.items()}
+    for signed, cpu in rounds.items():
+        print(
+            f"{args.database}, {'signing' if signed else 'no signing'}: CPU per receipt "
+            f"{min(cpu):.3f}–{max(cpu):.3f} ms, median {medians[signed]:.3f} ms"
+        )
+    print(
+        f"signing costs a post {1000 * (medians[True] - medians[False]):.0f} µs of CPU "
+        f"(medians of {args.signing_turns} rounds of {args.receipts}); load average "
+        f"{os.getloadavg()[0]:.2f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", choices=["sqlite", "postgresql"], default="sqlite")
@@ -116,6 +152,14 @@ def main() -> None:
         "--log-level", default="INFO", help="INFO, as served: each request writes its access line"
     )
     parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument(
+        "--signing-turns",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N rounds of --receipts posts each with signing and without it (a "
+        "constant signature, bench/what_if.py), in turns, and what signing costs a post",
+    )
     args = parser.parse_args()
     rng = random.Random(20260115)
     bodies = [json.dumps(realistic_receipt(rng, i, 60)).encode() for i in range(200)]
@@ -124,6 +168,9 @@ def main() -> None:
         app = app_logging_to_nowhere()
         tune_garbage_collector()  # as the lifespan does in a served process
         asyncio.run(run(app, bodies, api_key, 200, args.clients))  # warm-up
+        if args.signing_turns:
+            signing_in_turns(app, bodies, api_key, args)
+            return
         started, cpu = time.perf_counter(), time.process_time()
         asyncio.run(run(app, bodies, api_key, args.receipts, args.clients))
         wall = time.perf_counter() - started

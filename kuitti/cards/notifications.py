@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import orjson
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -100,7 +99,7 @@ def _full_receipt(
     payload = FullReceiptNotification(
         service_id=connection.id if connection is not None else None,
         receipt_id=receipt.id,
-        receipt_json=orjson.loads(receipt.document),
+        receipt_json=receipt.document,  # the stored bytes, unchanged
         receipt_web_url=private_link(settings, receipt.id),
     )
     enqueue(session, bank, payload, now=now)

@@ -74,6 +74,10 @@ class Receipt(Base):
     # written with the receipt. No foreign key: its check would cost every insert a probe.
     log_batch_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
 
+    @property
+    def signed(self) -> bool:
+        return self.signature is not None
+
 
 class ReceiptLink(Base):
     """A RECEIPT_ID token: the receipt identifier is unique within its namespace.

@@ -63,6 +63,7 @@ from kuitti.posting.service import (
     create_receipts,
     lost_race,
     prepare_posting,
+    sign_postings,
     stored_receipts,
 )
 from kuitti.services import Services
@@ -242,6 +243,7 @@ def write_batch(db: Database, settings: Settings, postings: list[Prepared]) -> l
     """Store ``postings`` in one transaction; if it fails as a whole, each one alone. A posting
     alone that lost a race for a unique row to another process's transaction (``lost_race``)
     is written again, and then gets the winner's answer or the documented conflict."""
+    sign_postings(settings, postings)
     for attempt in range(ATTEMPTS):
         try:
             with db.session() as session:

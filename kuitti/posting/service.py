@@ -177,9 +177,8 @@ def _store(
     """Store a new receipt's rows, then what only some receipts need: the link of a return to
     its original, and the deliveries of its tokens."""
     key = signatures.current_key(session, SecretBox(settings.resolved_secret_key), now=now)
-    rows = receipt_rows(
-        partner, request, _receipt_ids(request), [], now=now, key=key, issuer=settings.issuer
-    )
+    rows = receipt_rows(partner, request, _receipt_ids(request), [], now=now)
+    rows.sign(key, settings.issuer)
     receipt = Receipt(**rows.receipt)
     session.add(receipt)
     receipt_log.enter(session, [receipt], now=now)
@@ -214,6 +213,20 @@ class ReceiptRows:
     payments: list[dict[str, Any]]
     """Its CARD payments (``card_payment_inserts`` adds their matching queue entries)."""
 
+    def sign(self, key: signatures.LoadedKey, issuer: str) -> None:
+        """Sign the receipt's document with ``key`` as ``issuer`` (``kuitti.signatures``),
+        unless it is signed already."""
+        receipt = self.receipt
+        if receipt["signature"] is None:
+            receipt["signature"] = signatures.sign(
+                key,
+                receipt["document"],
+                receipt_id=receipt["id"],
+                partner_id=receipt["partner_id"],
+                issuer=issuer,
+                now=receipt["created_at"],
+            )
+
 
 def receipt_rows(
     poster: Partner | KeyHolder,
@@ -222,12 +235,10 @@ def receipt_rows(
     statuses: list[TokenStatus],
     *,
     now: datetime,
-    key: signatures.LoadedKey,
-    issuer: str,
 ) -> ReceiptRows:
     """The rows of a new receipt of ``request`` posted by ``poster``, linked under its
-    RECEIPT_IDs ``ids`` (namespace, identifier), its tokens' ``statuses`` as far as known,
-    its document signed with ``key`` as ``issuer`` (``kuitti.signatures``).
+    RECEIPT_IDs ``ids`` (namespace, identifier), its tokens' ``statuses`` as far as known;
+    its signature is made by ``ReceiptRows.sign`` before the rows are stored.
 
     The one builder of a receipt's rows: the batch inserts them as they are, ``_store`` as
     models, before it adds what only some receipts need."""
@@ -241,9 +252,7 @@ def receipt_rows(
             "partner_id": poster.id,
             # The bytes as posted (UTF8Text: bytes go in as they are), served as service_json.
             "document": document,
-            "signature": signatures.sign(
-                key, document, receipt_id=receipt_id, partner_id=poster.id, issuer=issuer, now=now
-            ),
+            "signature": None,
             "log_batch_id": None,  # its batch's, once the writer knows it (kuitti.receipt_log)
             "document_hash": request.resend_hash,
             "receipt_number": doc.receiptNumber,
@@ -326,8 +335,8 @@ class Prepared:
     receipt_ids: list[tuple[str, str]]
     """Its RECEIPT_ID tokens, as (namespace, identifier)."""
     rows: PlainRows | None
-    signed_by: str
-    """The kid of the key that signed its rows."""
+    key: signatures.LoadedKey
+    """The key that signs its rows (``sign_postings``)."""
     body: bytes
     validated: ReceiptRequest | None
     """The request, kept only when there are no rows."""
@@ -345,17 +354,31 @@ def prepare_posting(
     """``create_receipts``' work for ``posting`` that needs no database (``body`` is the one it
     was validated from; ``key`` signs its receipt)."""
     ids = _receipt_ids(posting.request)
-    rows = _plain_rows(settings, posting, ids, key)
+    rows = _plain_rows(settings, posting, ids)
     return Prepared(
         holder=posting.holder,
         now=posting.now,
         idempotency=posting.idempotency,
         receipt_ids=ids,
         rows=rows,
-        signed_by=key.kid,
+        key=key,
         body=body,
         validated=posting.request if rows is None else None,
     )
+
+
+def sign_postings(settings: Settings, batch: list[Prepared]) -> None:
+    """Sign the rows of ``batch``'s postings, one after the other, before the writer's
+    transaction begins (on SQLite it holds the one write lock).
+
+    Here rather than as each posting's rows are built: right after a receipt's validation,
+    which has taken OpenSSL's tables out of the CPU's caches, a signature costs two to four
+    times what it costs right after another signature (``bench/ingest_inprocess.py
+    --signing-turns``, docs/performance.md). A batch's rows are signed once, whatever becomes
+    of the batch."""
+    for prepared in batch:
+        if prepared.rows is not None:
+            prepared.rows.rows.sign(prepared.key, settings.issuer)
 
 
 def create_receipts(session: Session, settings: Settings, batch: list[Prepared]) -> list[Outcome]:
@@ -365,13 +388,14 @@ def create_receipts(session: Session, settings: Settings, batch: list[Prepared])
     A receipt's own errors (a duplicate RECEIPT_ID, an idempotency key reused) are its outcome
     and roll back only its savepoint; any other error propagates, and the caller rolls the whole
     batch back (``kuitti.posting.ingest`` then writes each posting alone)."""
+    sign_postings(settings, batch)  # a no-op after the writer's, made before its transaction
     holders = current_key_holders(session, {p.holder.key_digest for p in batch})
     kid = signatures.signing_kid(session)
     outcomes = [Outcome() for _ in batch]
     current: list[int] = []
     for index, prepared in enumerate(batch):
         if holders.get(prepared.holder.key_digest) != prepared.holder or (
-            prepared.rows is not None and prepared.signed_by != kid
+            prepared.rows is not None and prepared.key.kid != kid
         ):
             outcomes[index].stale = True
         else:
@@ -476,10 +500,10 @@ def _taken(
 
 
 def _plain_rows(
-    settings: Settings, posting: Posting, ids: list[tuple[str, str]], key: signatures.LoadedKey
+    settings: Settings, posting: Posting, ids: list[tuple[str, str]]
 ) -> PlainRows | None:
     """The rows of ``posting`` (whose RECEIPT_IDs are ``ids``) if it needs nothing but rows of
-    its own; None otherwise."""
+    its own, not signed yet; None otherwise."""
     request, now, holder = posting.request, posting.now, posting.holder
     if not (
         all(t.type is TokenType.RECEIPT_ID for t in request.tokens)
@@ -489,7 +513,7 @@ def _plain_rows(
     ):
         return None
     statuses = [TokenStatus(TokenType.RECEIPT_ID, Status.LINK_CREATED) for _ in ids]
-    rows = receipt_rows(holder, request, ids, statuses, now=now, key=key, issuer=settings.issuer)
+    rows = receipt_rows(holder, request, ids, statuses, now=now)
     receipt_id = rows.receipt["id"]
     body = CreatedReceipt(
         receipt_id=receipt_id,

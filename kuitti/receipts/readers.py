@@ -115,6 +115,7 @@ _READ_COLUMNS = (
     Receipt.document_hash,
     Receipt.original_receipt_id,
     Receipt.return_count,
+    Receipt.signature.is_not(None),
     Partner.id,
     Partner.iban,
     Partner.bic,
@@ -139,13 +140,16 @@ class ReadableReceipt:
     document_hash: str
     original_receipt_id: uuid.UUID | None
     return_count: int
+    signed: bool
     poster: Poster
 
     @classmethod
     def of(cls, columns: Sequence[Any]) -> ReadableReceipt:
         """From the values of ``_READ_COLUMNS``, in order."""
-        receipt_id, sandbox, document_hash, original, returns, *poster = columns
-        return cls(receipt_id, sandbox, document_hash, original, returns, Poster(*poster))
+        receipt_id, sandbox, document_hash, original, returns, signed, *poster = columns
+        return cls(
+            receipt_id, sandbox, document_hash, original, returns, bool(signed), Poster(*poster)
+        )
 
 
 # Built once, run on the driver (``Database.read_rows``): the single read is the hottest

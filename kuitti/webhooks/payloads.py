@@ -6,17 +6,26 @@ receivers' types.
 Key order is the order of the fields. Keys the interface leaves out when there is no value
 (``partner_metadata``, a card holder's ``name``, the payment codes) are listed in
 ``OMITTED_WHEN_NONE`` and dropped from the body when they are ``None``; every other ``None`` is
-sent as ``null``. The models' JSON schema describes the body as sent (``_schema_as_sent``).
+sent as ``null``. A ``StoredJSON`` field (a receipt's document) is its stored bytes, written
+into the body as they are. The models' JSON schema describes the body as sent
+(``_schema_as_sent``).
 """
 
 from __future__ import annotations
 
 import uuid
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
 import orjson
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    WithJsonSchema,
+    model_serializer,
+)
 
 from kuitti.models import Connection
 
@@ -42,6 +51,26 @@ def _schema_as_sent(schema: dict[str, Any], model: type[Any]) -> None:
             prop.update(kept)
     schema["required"] = [name for name in properties if name not in omitted]
     schema.pop("additionalProperties", None)
+
+
+def _json_bytes(value: Any) -> Any:
+    """A document given as its JSON text is kept byte for byte; a decoded one is written."""
+    if isinstance(value, str):  # as service_json serves a stored document's text
+        return value.encode("utf-8", errors="replace")
+    return value if isinstance(value, bytes) else orjson.dumps(value)
+
+
+_STORED = "stored JSON"  # marks a StoredJSON field among a field's metadata
+
+StoredJSON = Annotated[
+    bytes,
+    BeforeValidator(_json_bytes),
+    WithJsonSchema({"additionalProperties": True, "type": "object"}),
+    _STORED,
+]
+"""A JSON object kept as the bytes it was stored as (a receipt's document, exactly as its
+merchant posted it): the body holds those bytes unchanged (``Notification.body``), so a receipt
+signature made over them verifies against the span of the body that holds them."""
 
 
 class Body(BaseModel):
@@ -70,7 +99,11 @@ class Notification(Body):
         notification_type: NotificationType
 
     def body(self) -> bytes:
-        return orjson.dumps(self.model_dump(mode="json"))
+        data = self.model_dump(mode="json")
+        for name, info in type(self).model_fields.items():
+            if _STORED in info.metadata:
+                data[name] = orjson.Fragment(getattr(self, name))
+        return orjson.dumps(data)
 
 
 class _ConnectionPayload(Notification):
@@ -202,7 +235,7 @@ class FullReceiptNotification(Notification):
     service_id: uuid.UUID | None
     notification_type: Literal[NotificationType.FULL_RECEIPT] = NotificationType.FULL_RECEIPT
     receipt_id: uuid.UUID
-    receipt_json: dict[str, Any]
+    receipt_json: StoredJSON
     receipt_web_url: str
 
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import orjson
+
+from kuitti import signatures
 from kuitti.cards.service import check_card_request, enroll_card
 from kuitti.links import private_link
 from kuitti.models import Card, PartnerRole
 from tests.cards.support import AUTH_CODE, HOOK, PAID_AT, REFERENCE, World, connect_app
 from tests.factories import add_connection, auth, make_partner, receipt_doc
+from tests.receipts.test_posted_bytes import odd_document
+from tests.webhooks.receivers import Receiver
+from tests.webhooks.support import deliver
 
 
 class TestCardAdded:
@@ -135,6 +141,39 @@ class TestFullReceiptNotification:
             "receipt_web_url": private_link(world.services.settings, uuid.UUID(receipt)),
         }
         assert world.webhooks("receipt_notification") == []
+
+    def test_the_bank_receives_the_posted_bytes_and_verifies_their_signature(
+        self, world: World
+    ) -> None:
+        """``receipt_json`` is the receipt as its merchant posted it, byte for byte, in the body
+        a real HTTP server receives: the signature the bank reads with the receipt id verifies
+        over the bytes between ``"receipt_json":`` and ``,"receipt_web_url":``."""
+        posted = b" \n" + odd_document() + b"\r\n"
+        with Receiver() as endpoint:
+            bank = world.pilot_bank(webhook_url=endpoint.url)
+            world.clock.set(PAID_AT + timedelta(minutes=20))
+            answer = world.client.post(
+                "/api/v1/receipts/",
+                content=posted,
+                headers={**auth(world.merchant.api_key), "Content-Type": "application/json"},
+            )
+            assert answer.status_code == 200, answer.text
+            receipt_id = answer.json()["receipt_id"]
+            world.settle()
+            assert deliver(world.services) == 1
+            [call] = endpoint.wait_for(1)
+        body = call.body
+        start = body.index(b'"receipt_json":') + len(b'"receipt_json":')
+        embedded = body[start : body.rindex(b',"receipt_web_url":')]
+        assert embedded == posted
+        assert orjson.loads(body)["receipt_id"] == receipt_id
+        read = world.client.get(
+            f"/api/v1/receipts/{receipt_id}/service_json/", headers=auth(bank.api_key)
+        )
+        assert read.status_code == 200, read.text
+        keys = world.client.get(signatures.JWKS_PATH).json()
+        verdict = signatures.verify(embedded, read.headers[signatures.SIGNATURE_HEADER], keys)
+        assert verdict.valid, verdict
 
     def test_service_id_is_the_pilot_users_connection_to_the_bank(self, world: World) -> None:
 

@@ -3,13 +3,18 @@ verifiable against the published keys, through key rotations, the backfill and t
 
 from __future__ import annotations
 
+import io
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
+from joserfc import jws
+from joserfc.jwk import ECKey
+from joserfc.util import urlsafe_b64decode
+from pypdf import PdfReader
 from sqlalchemy import update
 
 from kuitti import signatures
@@ -45,6 +50,14 @@ def read(client: httpx.Client, key: str, receipt_id: str, fmt: str) -> httpx.Res
 
 def saved_receipt(client: httpx.Client, key: str, receipt_id: str) -> bytes:
     return read(client, key, receipt_id, "signed_json").content
+
+
+FORMATS = ("service_json", "service_pdf")  # what shows a receipt's signature
+
+
+def pdf_attachments(answer: httpx.Response) -> dict[str, bytes]:
+    attached = PdfReader(io.BytesIO(answer.content)).attachments
+    return {name: contents[0] for name, contents in attached.items()}
 
 
 def test_service_json_carries_the_signature_of_its_exact_bytes(
@@ -171,6 +184,76 @@ def test_the_backfill_signs_older_receipts_and_resumes(
             assert receipt is not None
             assert receipt.signature is not None
             assert signatures.verify(receipt.document.encode(), receipt.signature, keys).valid
+
+
+def test_a_rendering_made_before_the_backfill_is_not_served_after_it(
+    client: httpx.Client, services: Services
+) -> None:
+    """``service_json`` and ``service_pdf`` read (and cached) while a receipt had no signature
+    carry it once the backfill has signed it, under another ETag."""
+    merchant = make_partner(services)
+    receipt_id = post(client, merchant.api_key)
+    with services.db.session() as session:
+        session.execute(update(Receipt).values(signature=None))
+    before = {fmt: read(client, merchant.api_key, receipt_id, fmt) for fmt in FORMATS}
+    assert signatures.SIGNATURE_HEADER not in before["service_json"].headers
+    assert signatures.SIGNED_FILE not in pdf_attachments(before["service_pdf"])
+
+    assert run_json(services, "receipts", "sign-existing")["signed"] == 1
+    for fmt in FORMATS:
+        again = client.get(
+            f"{LIST}{receipt_id}/{fmt}/",
+            headers={**auth(merchant.api_key), "If-None-Match": before[fmt].headers["etag"]},
+        )
+        assert again.status_code == 200, fmt  # not 304: the answer has changed
+        assert again.headers["etag"] != before[fmt].headers["etag"]
+    after = read(client, merchant.api_key, receipt_id, "service_json")
+    assert after.content == before["service_json"].content
+    verdict = signatures.verify(
+        after.content, after.headers[signatures.SIGNATURE_HEADER], published(client)
+    )
+    assert verdict.valid, verdict
+    pdf = read(client, merchant.api_key, receipt_id, "service_pdf")
+    saved = pdf_attachments(pdf)[signatures.SIGNED_FILE]
+    assert signatures.verify_saved(saved, published(client))[0].valid
+
+
+def test_sign_writes_the_header_of_its_members_in_their_order() -> None:
+    """``sign`` builds the protected header from a prebuilt start: it is the JSON of its
+    members in the order docs/signing.md lists them, escapes included, and any JOSE library
+    verifies the signature."""
+    key = ECKey.generate_key(signatures.CURVE, auto_kid=True)
+    assert key.kid is not None
+    loaded = signatures.LoadedKey(key.kid, key)
+    document = b' {"receiptNumber" : "R-\\u00e4",\r\n "total":1E2}\n'
+    receipt_id, partner_id = uuid.uuid4(), uuid.uuid4()
+    issuer = 'https://kuitti.example/ä/"x"'
+    now = datetime(2026, 11, 29, 8, 30, 15, 999999, tzinfo=UTC)
+    signature = signatures.sign(
+        loaded, document, receipt_id=receipt_id, partner_id=partner_id, issuer=issuer, now=now
+    )
+    protected, _, signed = signature.partition("..")
+    assert urlsafe_b64decode(protected.encode()) == orjson.dumps(
+        {
+            "alg": "ES256",
+            "b64": False,
+            "crit": ["b64"],
+            "typ": "receipt+jws",
+            "kid": key.kid,
+            "iat": 1795941015,
+            "iss": issuer,
+            "receipt_id": str(receipt_id),
+            "partner_id": str(partner_id),
+        }
+    )
+    assert len(urlsafe_b64decode(signed.encode())) == 64  # R || S
+    public = ECKey.import_key(key.as_dict(private=False))
+    jws.deserialize_compact(
+        signature, public, payload=document, registry=signatures.REGISTRY
+    )  # raises unless it verifies
+    keys = {"keys": [key.as_dict(private=False)]}
+    assert signatures.verify(document, signature, keys).valid
+    assert not signatures.verify(document + b" ", signature, keys).valid
 
 
 def test_kuitti_receipts_verify(client: httpx.Client, services: Services, tmp_path: Path) -> None:

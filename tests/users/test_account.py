@@ -10,12 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from sqlalchemy import func, select
 
+from kuitti import signatures
 from kuitti.delivery.mail import send_due_mail
 from kuitti.delivery.service import deliver_to_user
 from kuitti.models import Connection, PartnerRole, Receipt, User, UserSession, WebhookDelivery
 from kuitti.services import Services
 from tests.factories import auth, make_partner, make_user, receipt_doc
 from tests.oauth.flow import connect, csrf_of, delivered_receipt, log_in, make_app
+from tests.receipts.test_posted_bytes import odd_document
 from tests.users.conftest import Inbox
 
 
@@ -143,6 +145,33 @@ class TestAccountPage:
         assert [r["receipt_id"] for r in data["receipts"]] == [receipt_id]
         assert data["receipts"][0]["receipt"]["merchant"]["name"] == "Kauppa Oy"
         assert "password" not in answer.text
+
+    def test_the_export_holds_each_receipt_as_posted_with_its_signature(
+        self, client: httpx.Client, services: Services
+    ) -> None:
+        """The export's ``receipt`` is the posted bytes unchanged (odd whitespace, escapes and
+        number forms), and its ``signature`` verifies over exactly them."""
+        app = make_app(services)
+        user = make_user(services, "maija@example.com")
+        connect(client, app, "maija@example.com")  # logged in
+        merchant = make_partner(services, PartnerRole.MERCHANT, name="Kauppa Oy")
+        posted = b"\t" + odd_document() + b"\r\n"
+        answer = client.post(
+            "/api/v1/receipts/",
+            content=posted,
+            headers={**auth(merchant.api_key), "Content-Type": "application/json"},
+        )
+        assert answer.status_code == 200, answer.text
+        with services.db.session() as session:
+            receipt = session.get(Receipt, uuid.UUID(answer.json()["receipt_id"]))
+            assert receipt is not None
+            deliver_to_user(session, receipt, user.id, via="test", now=services.clock.now())
+        export = client.get("/account/export")
+        assert export.status_code == 200
+        assert b'"receipt": ' + posted + b",\n" in export.content
+        [exported] = export.json()["receipts"]
+        keys = client.get(signatures.JWKS_PATH).json()
+        assert signatures.verify(posted, exported["signature"], keys).valid
 
     def test_deletion_revokes_notifies_and_forgets(
         self, client: httpx.Client, services: Services

@@ -2,11 +2,12 @@
 
 ``render(receipt, poster, fmt, layout=, locale=)`` returns the bytes and media type. Rendered bytes
 are kept in a bounded in-process LRU cache keyed by what the output depends on (receipt, format,
-layout, language, the poster's bank account for Finvoice, and the renderer version): a stored
-document never changes, so an entry never goes stale — which is why this cache sits next to its
-function rather than on ``Services``: no process ever needs to reset or configure it. ``etag()``
-gives the same key without rendering or the document (``cached(etag)`` the bytes if this
-process has them), so a read answers 304, or from the cache, before it loads the document.
+layout, language, the poster's bank account for Finvoice, whether the backfill has signed it
+yet, and the renderer version): a stored document never changes, so an entry never goes
+stale — which is why this cache sits next to its function rather than on ``Services``: no
+process ever needs to reset or configure it. ``etag()`` gives the same key without rendering or
+the document (``cached(etag)`` the bytes if this process has them), so a read answers 304, or
+from the cache, before it loads the document.
 """
 
 from __future__ import annotations
@@ -105,6 +106,9 @@ class Keyed(Related, Protocol):
     @property
     def document_hash(self) -> str: ...
 
+    @property
+    def signed(self) -> bool: ...
+
 
 class Account(Protocol):
     """What a rendering's key depends on, of the partner that posted the receipt."""
@@ -126,6 +130,9 @@ def _key_parts(
         base = (*base, related)
     if logged and fmt is DataFormat.SIGNED_JSON:
         base = (*base, logged)
+    if row.shows_signature and not receipt.signed:
+        # Signed later by the backfill: its rendering (and ETag) then changes.
+        base = (*base, "unsigned")
     return (*base, *row.depends_on(poster, layout, locale))
 
 
@@ -295,6 +302,7 @@ class Format:
     depends_on: Callable[[Account, Layout, str], tuple[str, ...]]
     """What the rendering depends on besides the document (part of its ETag)."""
     shows_relations: bool = True  # a return's original, a purchase's returns
+    shows_signature: bool = True  # the receipt's signature (a header, a PDF's attachment)
 
 
 def _language(locale: str) -> str:
@@ -327,6 +335,7 @@ FORMATS: dict[DataFormat, Format] = {
         "Finvoice 3.0, ISO-8859-15",
         _finvoice,
         lambda poster, _layout, _locale: _account(poster),
+        shows_signature=False,
     ),
     DataFormat.FINVOICE_PDF: Format(
         "application/pdf",
@@ -334,6 +343,7 @@ FORMATS: dict[DataFormat, Format] = {
         "the Finvoice drawn as a Finnish invoice",
         _finvoice_pdf,
         lambda poster, _layout, locale: (*_account(poster), _language(locale)),
+        shows_signature=False,
     ),
     DataFormat.SIGNED_JSON: Format(
         signatures.SIGNED_MEDIA_TYPE,
