@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import orjson
 import psycopg
 import pytest
 from sqlalchemy import DateTime, Uuid, bindparam, event, func, insert, make_url, select, text
@@ -24,6 +25,7 @@ import kuitti.db
 from kuitti.db import (
     SQLITE_BUSY_TIMEOUT_MS,
     UNNEST_FROM_ROWS,
+    ZSTD_FRAME,
     Database,
     UTCDateTime,
     table,
@@ -467,9 +469,9 @@ def test_text_longer_than_its_column_is_refused_not_cut_short(
     assert _stored(services) == []
 
 
-def test_a_document_given_as_utf8_bytes_is_stored_as_the_same_text(services: Services) -> None:
+def test_a_document_given_as_utf8_bytes_is_read_back_as_the_same_text(services: Services) -> None:
     """The writer hands the document over as orjson's bytes: whether by the driver path or a
-    session, it is stored as text (not a BLOB on SQLite) and read back equal to the str form."""
+    session, it reads back equal to the str form."""
     partner = make_partner(services).partner
     now = services.clock.now()
     text_form = '{"merchant":{"name":"Kahvila Äänekoski ☕"},"rows":[1,2]}'
@@ -480,13 +482,46 @@ def test_a_document_given_as_utf8_bytes_is_stored_as_the_same_text(services: Ser
         services.db.insert_rows(session, {Receipt: [as_text, as_bytes]})
         session.execute(insert(table(Receipt)), [by_session])
     with services.db.session(write=False) as session:
-        stored = session.execute(
-            select(Receipt.document, func.length(Receipt.document)).order_by(Receipt.id)
-        ).all()
-        if services.db.is_sqlite:
-            kinds = session.scalars(text("SELECT typeof(document) FROM receipts")).all()
-            assert kinds == ["text"] * 3
-    assert stored == [(text_form, len(text_form))] * 3
+        stored = session.scalars(select(Receipt.document).order_by(Receipt.id)).all()
+    assert stored == [text_form] * 3
+
+
+def _stored_documents(services: Services) -> list[Any]:
+    """The documents as the database holds them, by receipt number."""
+    with services.db.engine.connect() as connection:
+        query = "SELECT document FROM receipts ORDER BY receipt_number"
+        return list(connection.exec_driver_sql(query).scalars())
+
+
+def test_sqlite_stores_a_document_compressed_and_reads_every_stored_form_alike(
+    services: Services,
+) -> None:
+    """SQLite: a document is stored as a zstd frame, or as its UTF-8 bytes where compressing
+    would not make it shorter; a document stored as text before compression reads alike.
+    PostgreSQL stores the text (and compresses it itself)."""
+    partner = make_partner(services).partner
+    large = orjson.dumps({"merchant": {"name": "Kahvila Äänekoski ☕"}, "rows": [{"a": 1}] * 200})
+    small = b'{"rows":[1]}'
+    rows = _receipt_rows(partner.id, services.clock.now(), "R-1", "R-2")
+    rows[0]["document"], rows[1]["document"] = large, small
+    with services.db.session() as session:
+        services.db.insert_rows(session, {Receipt: rows})
+    held = _stored_documents(services)
+    if services.db.is_sqlite:
+        assert held[0].startswith(ZSTD_FRAME)
+        assert len(held[0]) < len(large) // 10
+        assert held[1] == small
+        with services.db.engine.begin() as connection:  # as revisions before 0010 stored it
+            connection.exec_driver_sql(
+                "UPDATE receipts SET document = CAST(document AS TEXT) WHERE receipt_number = 'R-2'"
+            )
+        assert _stored_documents(services)[1] == small.decode()
+    else:
+        assert held == [large.decode(), small.decode()]
+    read = services.db.read_rows(
+        select(Receipt.document).order_by(Receipt.receipt_number).where(Receipt.total > 0), {}
+    )
+    assert [document for (document,) in read] == [large.decode(), small.decode()]
 
 
 @pytest.mark.parametrize(
