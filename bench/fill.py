@@ -5,7 +5,7 @@ The database is migrated first (``kuitti db upgrade``); the partners are made by
 everything else is written with bulk SQL on the driver, not through HTTP: ``COPY`` on
 PostgreSQL (psycopg), ``executemany`` on SQLite, a chunk of receipts per transaction. The rows
 are the ones the ingest writer makes (``kuitti.posting.service``), with values in each
-database's own form (UUIDs, UTC times, JSON).
+database's own form (UUIDs, UTC times, JSON, documents compressed on SQLite).
 
 The shape, per receipt (``SHAPE`` below; N is ``--receipts``, a million by default):
 

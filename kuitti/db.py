@@ -197,9 +197,9 @@ class _CompressedText(Text):
 class DocumentText(UTF8Text):
     """A receipt document: ``UTF8Text``, compressed with zstd on SQLite, which stores text as
     it is. A 60-row document of 16.3 KB takes one 4 KB page instead of five, a 4-row one of
-    2.3 KB a quarter of a page instead of a whole one, for about 5-30 µs more CPU to write
-    and 2-12 µs to read (docs/storage.md). PostgreSQL compresses it
-    itself (TOAST, LZ4: migration 0010); there the column is ``UTF8Text``'s."""
+    2.3 KB a quarter of a page instead of a whole one, for 11-23 µs more CPU to write it and
+    4-10 µs to read it (docs/storage.md). PostgreSQL compresses it itself (TOAST, LZ4:
+    migration 0010); there the column is ``UTF8Text``'s."""
 
     cache_ok = True
 

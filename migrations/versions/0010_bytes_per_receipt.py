@@ -15,16 +15,16 @@ every receipt 106 bytes on PostgreSQL, 88 on SQLite.
 
 Documents: on PostgreSQL ``receipts.document`` is compressed with LZ4 again. Migration 0002 set
 it, but 0007 made the partitioned table anew, without the column's compression, so every month's
-partition compressed with pglz, the server's default: about twice LZ4's CPU to write (75 against
-35 µs for a receipt of 9 rows, 295 against 75 µs for 60) for documents 9-19 % smaller
+partition compressed with pglz, the server's default: two to three times LZ4's CPU to write (50
+against 20 µs for the mix's document, 250 against 85 µs at 60 rows) for documents 9-19 % smaller
 (bench/storage.py --codecs). The partitions made from now on take the parent's compression.
 On SQLite the documents are compressed by kuitti itself (``kuitti.db.DocumentText``, zstd):
 no schema change; documents stored before stay as they are and read alike.
 
 Locks (PostgreSQL): each partition's index is built ``CONCURRENTLY`` (writes go on) and attached
-to the parent index, which is valid once every partition has its own; dropping the two old
+to the parent index, which is valid once every partition has its own; dropping the old
 indexes and setting the compression take the table's exclusive lock for the catalog change only
-(milliseconds, measured in docs/operations.md, "Sizing"), with a ``lock_timeout`` so that a long
+(5-12 ms each, measured in docs/storage.md), with a ``lock_timeout`` so that a long
 transaction on the table makes the migration fail, to be run again, instead of holding posts
 behind it. A run stopped halfway goes on where it stopped.
 
