@@ -3,16 +3,16 @@
 per receipt (migration 0010 dropped the index that led with the partner for it). The list's
 plans are in tests/receipts/test_list_plans.py.
 
-Explained as the server sends the statements, on the test database with the tables empty: on
-PostgreSQL with sequential scans turned off (``tests.plans``)."""
+Explained as the server sends the statements, with grants stored and their statistics taken
+(``store_grants``), on PostgreSQL with sequential scans turned off (``tests.plans``)."""
 
 from __future__ import annotations
 
 import re
-import uuid
 
 from kuitti.receipts.readers import _MAY_READ, _READABLE_WITH_KEY, Reader, _readable_ids_query
 from kuitti.services import Services
+from tests.factories import store_grants
 from tests.plans import explain, explain_in_session, index_and_partitions
 
 INDEX = "ix_receipt_grants_receipt"
@@ -38,13 +38,15 @@ def takes_receipt_and_partner(services: Services, plan: str) -> bool:
 def test_the_single_reads_rights_check_is_one_probe_of_the_grants_by_receipt(
     services: Services,
 ) -> None:
-    params = {"receipt_id": uuid.uuid4(), "partner_id": uuid.uuid4()}
+    [(partner_id, receipt_id), *_] = store_grants(services)
+    params = {"receipt_id": receipt_id, "partner_id": partner_id}
     plan = explain(services.db, _MAY_READ["partner"], params)
     assert takes_receipt_and_partner(services, plan), plan
 
 
 def test_a_read_by_key_checks_the_right_by_receipt_and_partner(services: Services) -> None:
-    params = {"receipt_id": uuid.uuid4(), "digest": "0" * 64}
+    [(_partner_id, receipt_id), *_] = store_grants(services)
+    params = {"receipt_id": receipt_id, "digest": "0" * 64}
     plan = explain(services.db, _READABLE_WITH_KEY, params)
     assert takes_receipt_and_partner(services, plan), plan
 
@@ -54,6 +56,7 @@ def test_which_of_a_pages_receipts_a_partner_may_read_is_a_probe_per_receipt(
 ) -> None:
     """The check of a page from a replica on the primary (``_readable_ids``), its ``IN``
     list expanded as a session sends it."""
-    reader = Reader(partner_id=uuid.uuid4())
-    plan = explain_in_session(services.db, _readable_ids_query(reader, {uuid.uuid4()}))
+    [(partner_id, receipt_id), *_] = store_grants(services)
+    reader = Reader(partner_id=partner_id)
+    plan = explain_in_session(services.db, _readable_ids_query(reader, {receipt_id}))
     assert takes_receipt_and_partner(services, plan), plan
