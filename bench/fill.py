@@ -5,7 +5,7 @@ The database is migrated first (``kuitti db upgrade``); the partners are made by
 everything else is written with bulk SQL on the driver, not through HTTP: ``COPY`` on
 PostgreSQL (psycopg), ``executemany`` on SQLite, a chunk of receipts per transaction. The rows
 are the ones the ingest writer makes (``kuitti.posting.service``), with values in each
-database's own form (UUIDs, UTC times, JSON).
+database's own form (UUIDs, UTC times, JSON, documents compressed on SQLite).
 
 The shape, per receipt (``SHAPE`` below; N is ``--receipts``, a million by default):
 
@@ -15,9 +15,10 @@ The shape, per receipt (``SHAPE`` below; N is ``--receipts``, a million by defau
 - users: one per ``RECEIPTS_PER_USER`` receipts, each with an active connection to the app;
 - receipt times spread evenly over the year before ``--until``, written in time order (as a
   real service stores them: ids are time-ordered), created a few seconds after their time;
-- a document of 1 to 60 product rows (most baskets small: mean about 9), from a pool of
-  ``TEMPLATES`` documents made by ``bench/ingest.py``'s ``realistic_receipt`` with the number
-  and times of each receipt put in;
+- a document of 1 to 60 product rows (most baskets small: mean about 9; all ``--rows`` if
+  given), from a pool of ``TEMPLATES`` documents made by ``bench/ingest.py``'s
+  ``realistic_receipt`` with the number and times of each receipt put in, signed as the ingest
+  writer signs (``kuitti.signatures``);
 - a CARD payment (``CARD_SHARE``), long decided (``expired``); a ``RECEIPT_ID`` token
   (``RECEIPT_ID_SHARE``: a link in its merchant's namespace, the resend hash set); an
   ``Idempotency-Key`` (``IDEMPOTENCY_SHARE``: the record with its answer);
@@ -61,7 +62,8 @@ sys.path.insert(0, str(ROOT))
 
 from ingest import realistic_receipt  # noqa: E402  (bench/ is the script's own directory)
 
-from kuitti.db import Database  # noqa: E402
+from kuitti import signatures  # noqa: E402
+from kuitti.db import Database, compressed_document  # noqa: E402
 from kuitti.dbmigrate import upgrade  # noqa: E402
 from kuitti.models.partners import PartnerRole  # noqa: E402
 from kuitti.partners.service import create_partner  # noqa: E402
@@ -82,6 +84,7 @@ TEMPLATES = 400
 CHUNK = 5000
 SECRET_KEY = "bench-fill-secret-not-for-production"
 HELSINKI = timedelta(hours=2)  # receipt times are written with +02:00, as Finnish tills do
+ISSUER = "https://kuitti.example"  # the signatures' iss (KUITTI_ISSUER)
 
 
 @dataclass(frozen=True)
@@ -94,11 +97,12 @@ class Template:
     card: dict[str, Any] | None
 
 
-def templates(rng: random.Random) -> list[Template]:
+def templates(rng: random.Random, rows: int | None = None) -> list[Template]:
+    """The pool of documents: ``rows`` product rows each, or the realistic spread if None."""
     made = []
     for index in range(TEMPLATES):
-        rows = min(60, max(1, round(rng.expovariate(1 / 9))))
-        doc = realistic_receipt(rng, index, rows)
+        count = rows or min(60, max(1, round(rng.expovariate(1 / 9))))
+        doc = realistic_receipt(rng, index, count)
         card = doc["payments"][0] if rng.random() < SHAPE["CARD_SHARE"] else None
         if card is None:
             doc["payments"] = [{"type": "CASH", "amount": doc["totalPriceIncVAT"]}]
@@ -146,6 +150,10 @@ class Sink:
     def flag(self, value: bool) -> Any:
         return int(value) if self.sqlite else value
 
+    def document(self, value: bytes) -> Any:
+        """A receipt document as kuitti stores it: compressed on SQLite (``DocumentText``)."""
+        return compressed_document(value) if self.sqlite else value.decode()
+
     def write(self, tables: dict[str, tuple[Sequence[str], list[tuple[Any, ...]]]]) -> None:
         """One transaction: each table's rows, in the mapping's order."""
         if self.sqlite:
@@ -181,7 +189,7 @@ class Sink:
 RECEIPT = (
     "id", "partner_id", "document", "document_hash", "receipt_number", "receipt_time",
     "receipt_timestamp", "merchant_name", "total", "currency", "token_statuses", "created_at",
-    "return_count", "sandbox",
+    "return_count", "sandbox", "signature",
 )  # fmt: skip
 GRANT = ("id", "partner_id", "receipt_id", "receipt_time", "reason", "connection_id")
 LINK = ("namespace", "identifier", "receipt_id")
@@ -211,6 +219,7 @@ class Partners:
     sandbox: uuid.UUID
     app: uuid.UUID
     keys: dict[str, Any]
+    signing: signatures.LoadedKey
 
 
 def make_partners(url: str, now: datetime) -> Partners:
@@ -245,16 +254,20 @@ def make_partners(url: str, now: datetime) -> Partners:
         keys["sandbox"] = {"api_key": sandbox.api_key}
         keys["app"] = {"api_key": app.api_key}
         ids = (sandbox.partner.id, app.partner.id)
+        signing = signatures.current_key(session, box, now=now)
     db.engine.dispose()
-    return Partners(merchants, *ids, keys)
+    return Partners(merchants, *ids, keys, signing)
 
 
-def fill(url: str, receipts: int, until: datetime, seed: int) -> dict[str, Any]:
+def fill(
+    url: str, receipts: int, until: datetime, seed: int, product_rows: int | None = None
+) -> dict[str, Any]:
+    """``receipts`` receipts of ``product_rows`` rows each (None: the realistic spread)."""
     rng = random.Random(seed)
     start = until - timedelta(days=365)
     partners = make_partners(url, start)
     sink = Sink(url)
-    pool = templates(rng)
+    pool = templates(rng, product_rows)
     users = max(1, int(receipts // SHAPE["RECEIPTS_PER_USER"]))
     password = hash_password("bench password")
     user_ids = [uuid7_at(start, rng) for _ in range(users)]
@@ -336,11 +349,15 @@ def fill(url: str, receipts: int, until: datetime, seed: int) -> dict[str, Any]:
                 tokens.append({"type": "RECEIPT_ID", "status": "link_created"})
                 document_hash = hashlib.sha256(document).hexdigest()
             at_created = sink.at(created)
+            signature = signatures.sign(
+                partners.signing, document, receipt_id=receipt_id, partner_id=partner_id,
+                issuer=ISSUER, now=created,
+            )  # fmt: skip
             rows["receipts"][1].append(
                 (sink.uid(receipt_id), sink.uid(partner_id),
-                 document.decode(), document_hash, receipt_number,
+                 sink.document(document), document_hash, receipt_number,
                  sink.at(moment), stamp, template.merchant_name, template.total, "EUR",
-                 json.dumps(tokens), at_created, 0, sink.flag(sandbox))
+                 json.dumps(tokens), at_created, 0, sink.flag(sandbox), signature)
             )  # fmt: skip
             rows["receipt_grants"][1].append(
                 (sink.uid(uuid7_at(created, rng)), sink.uid(partner_id), sink.uid(receipt_id),
@@ -424,13 +441,16 @@ def main() -> None:
         "--sandbox-share", type=float, default=SHAPE["SANDBOX_SHARE"], help="of the receipts"
     )
     parser.add_argument("--keys", type=Path, required=True, help="where to write the summary")
+    parser.add_argument(
+        "--rows", type=int, default=None, help="product rows of every receipt (default: spread)"
+    )
     args = parser.parse_args()
     until = datetime.fromisoformat(args.until)
     url = args.url
     if url.startswith(("postgresql://", "postgres://")):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     SHAPE["SANDBOX_SHARE"] = args.sandbox_share
-    summary = fill(url, args.receipts, until, args.seed)
+    summary = fill(url, args.receipts, until, args.seed, args.rows)
     args.keys.write_text(json.dumps(summary, indent=2))
     print(json.dumps({k: v for k, v in summary.items() if k != "merchants"}, indent=2))
 

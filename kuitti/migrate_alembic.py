@@ -25,7 +25,9 @@ def script_head() -> str | None:
 
 
 def upgrade_to_head(db: Database) -> None:
+    """Each revision in a transaction of its own (``migrations/env.py``), which a revision may
+    leave for statements that cannot run in one (``CREATE INDEX CONCURRENTLY``, 0010)."""
     config = alembic_config(db.url)
-    with db.engine.begin() as connection:
+    with db.engine.connect() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")

@@ -30,6 +30,8 @@ def _run(connection: object) -> None:
         render_as_batch=True,
         compare_type=True,
         include_object=compared,
+        # A revision may step out of its transaction (``op.get_context().autocommit_block()``).
+        transaction_per_migration=True,
     )
     with context.begin_transaction():
         context.run_migrations()

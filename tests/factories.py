@@ -7,14 +7,17 @@ import copy
 import hashlib
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import httpx
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from kuitti.models import Connection, PartnerRole, Receipt, User
+from kuitti.ids import new_id
+from kuitti.models import Connection, PartnerRole, Receipt, ReceiptGrant, User
+from kuitti.models.receipts import GrantReason
 from kuitti.partners.service import NewPartner, create_partner
 from kuitti.security import SecretBox
 from kuitti.services import Services
@@ -225,3 +228,59 @@ def metric(client: httpx.Client, sample: str) -> float:
         if name == sample:
             return float(value)
     return 0.0
+
+
+def receipt_rows(partner_id: uuid.UUID, now: datetime, *numbers: str) -> list[dict[str, Any]]:
+    """Rows of the ``receipts`` table (``Database.insert_rows``), one a receipt number."""
+    return [
+        {
+            "id": new_id(),
+            "partner_id": partner_id,
+            "document": "{}",
+            "document_hash": "0" * 64,
+            "receipt_number": number,
+            "receipt_time": now,
+            "receipt_timestamp": now.isoformat(),
+            "merchant_name": "Kauppa Oy",
+            "total": 1250,
+            "currency": "EUR",
+            "token_statuses": [{"type": "RECEIPT_ID", "status": "link_created"}],
+            "return_count": 0,
+            "created_at": now,
+            "sandbox": True,
+        }
+        for number in numbers
+    ]
+
+
+def grant_row(partner_id: uuid.UUID, receipt_id: uuid.UUID, now: datetime) -> dict[str, Any]:
+    """A ``posted`` grant's row."""
+    return {
+        "id": new_id(),
+        "partner_id": partner_id,
+        "receipt_id": receipt_id,
+        "receipt_time": now,
+        "reason": GrantReason.POSTED,
+    }
+
+
+def store_grants(services: Services, receipts: int = 400) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """``receipts`` receipts of four partners, each with its poster's grant, and the database's
+    statistics of them: a plan test's SQLite otherwise plans by whatever an earlier test left
+    in ``sqlite_stat1`` (one grant, say: a scan is then cheapest). Each grant's (partner,
+    receipt): a plan for values the statistics know nothing of is a plan for no rows."""
+    partners = [make_partner(services, name=f"Kauppa {i} Oy").partner.id for i in range(4)]
+    now = services.clock.now()
+    rows = [
+        row
+        for index, partner_id in enumerate(partners)
+        for row in receipt_rows(partner_id, now, *(f"G-{index}-{n}" for n in range(receipts // 4)))
+    ]
+    for minutes, row in enumerate(rows):  # a receipt time of its own, as receipts have
+        row["receipt_time"] = now - timedelta(minutes=minutes)
+    grants = [grant_row(row["partner_id"], row["id"], row["receipt_time"]) for row in rows]
+    with services.db.session() as session:
+        services.db.insert_rows(session, {Receipt: rows, ReceiptGrant: grants})
+    with services.db.engine.begin() as connection:
+        connection.execute(text("ANALYZE"))
+    return [(grant["partner_id"], grant["receipt_id"]) for grant in grants]

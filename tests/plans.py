@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from kuitti.db import Database
 
 
-def explain(db: Database, statement: Select[Any], params: Mapping[str, Any]) -> str:
+def explain(db: Database, statement: Select[*tuple[Any, ...]], params: Mapping[str, Any]) -> str:
     """The plan of a prebuilt ``SELECT`` as ``Database.read_rows`` runs it, one line a node.
 
     On PostgreSQL, sequential and bitmap scans are off for the one transaction: on the test

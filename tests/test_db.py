@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import orjson
 import psycopg
 import pytest
 from sqlalchemy import DateTime, Uuid, bindparam, event, func, insert, make_url, select, text
@@ -24,18 +25,17 @@ import kuitti.db
 from kuitti.db import (
     SQLITE_BUSY_TIMEOUT_MS,
     UNNEST_FROM_ROWS,
+    ZSTD_FRAME,
     Database,
     UTCDateTime,
     table,
     uuid_text,
 )
 from kuitti.errors import DatabaseUnavailable
-from kuitti.ids import new_id
 from kuitti.models import Partner, Receipt, ReceiptGrant
-from kuitti.models.receipts import GrantReason
 from kuitti.services import Services
 from tests.conftest import free_port
-from tests.factories import make_partner
+from tests.factories import grant_row, make_partner, receipt_rows
 
 
 @pytest.mark.postgres_only
@@ -271,38 +271,6 @@ def test_an_async_read_without_the_loops_pool_reads_the_same(services: Services)
     assert asyncio.run(with_pool()) == expected
 
 
-def _receipt_rows(partner_id: uuid.UUID, now: datetime, *numbers: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": new_id(),
-            "partner_id": partner_id,
-            "document": "{}",
-            "document_hash": "0" * 64,
-            "receipt_number": number,
-            "receipt_time": now,
-            "receipt_timestamp": now.isoformat(),
-            "merchant_name": "Kauppa Oy",
-            "total": 1250,
-            "currency": "EUR",
-            "token_statuses": [{"type": "RECEIPT_ID", "status": "link_created"}],
-            "return_count": 0,
-            "created_at": now,
-            "sandbox": True,
-        }
-        for number in numbers
-    ]
-
-
-def _grant_row(partner_id: uuid.UUID, receipt_id: uuid.UUID, now: datetime) -> dict[str, Any]:
-    return {
-        "id": new_id(),
-        "partner_id": partner_id,
-        "receipt_id": receipt_id,
-        "receipt_time": now,
-        "reason": GrantReason.POSTED,
-    }
-
-
 def _stored(services: Services) -> list[tuple[Any, ...]]:
     columns = [c for c in table(Receipt).c if c.name != "id"]
     with services.db.session(write=False) as session:
@@ -316,10 +284,10 @@ def test_insert_rows_stores_what_a_session_insert_stores(services: Services) -> 
     partner = make_partner(services).partner
     now = services.clock.now()
     by_session, by_driver = (
-        _receipt_rows(partner.id, now, "R-1"),
-        _receipt_rows(partner.id, now, "R-1"),
+        receipt_rows(partner.id, now, "R-1"),
+        receipt_rows(partner.id, now, "R-1"),
     )
-    grant = _grant_row(partner.id, by_driver[0]["id"], now)
+    grant = grant_row(partner.id, by_driver[0]["id"], now)
     with services.db.session() as session:
         session.execute(insert(table(Receipt)), by_session)
     with services.db.session() as session:
@@ -345,10 +313,10 @@ def test_insert_rows_keeps_every_value_of_many_rows_as_a_session_does(
     that differ from row to row."""
     partner = make_partner(services).partner
     now = services.clock.now()
-    (original,) = _receipt_rows(partner.id, now - timedelta(days=1), "R-0")
+    (original,) = receipt_rows(partner.id, now - timedelta(days=1), "R-0")
     numbers = ['"quoted", {braced}', "back\\slash", "NULL", "", "Åke's ☕", "x" * 200]
     assert len(numbers) >= UNNEST_FROM_ROWS  # arrays, on PostgreSQL
-    by_session, by_driver = (_receipt_rows(partner.id, now, *numbers) for _ in range(2))
+    by_session, by_driver = (receipt_rows(partner.id, now, *numbers) for _ in range(2))
     for rows in (by_session, by_driver):
         for index, row in enumerate(rows):
             row["total"] = (-1) ** index * (2**62 + index)
@@ -369,7 +337,7 @@ def test_insert_rows_keeps_every_value_of_many_rows_as_a_session_does(
 def test_insert_rows_takes_a_column_null_in_every_row(services: Services) -> None:
     """An array of nothing but nulls has no element type for the driver to find."""
     partner = make_partner(services).partner
-    rows = _receipt_rows(partner.id, services.clock.now(), *(f"R-{i}" for i in range(6)))
+    rows = receipt_rows(partner.id, services.clock.now(), *(f"R-{i}" for i in range(6)))
     for row in rows:
         row["original_receipt_id"] = None
     with services.db.session() as session:
@@ -387,8 +355,8 @@ def test_update_rows_moves_only_the_rows_it_names(services: Services, count: int
     left as it was. As rows (few) and, on PostgreSQL, as arrays (many)."""
     partner = make_partner(services).partner
     now = services.clock.now()
-    (original,) = _receipt_rows(partner.id, now - timedelta(days=1), "R-0")
-    rows = _receipt_rows(partner.id, now, *(f"R-{i}" for i in range(1, count + 2)))
+    (original,) = receipt_rows(partner.id, now - timedelta(days=1), "R-0")
+    rows = receipt_rows(partner.id, now, *(f"R-{i}" for i in range(1, count + 2)))
     for row in rows:
         row["original_receipt_id"] = original["id"]
     with services.db.session() as session:
@@ -460,33 +428,66 @@ def test_text_longer_than_its_column_is_refused_not_cut_short(
     if services.db.is_sqlite:
         pytest.skip("SQLite does not enforce VARCHAR lengths")
     partner = make_partner(services).partner
-    receipts = _receipt_rows(partner.id, services.clock.now(), *(f"R-{i}" for i in range(rows)))
+    receipts = receipt_rows(partner.id, services.clock.now(), *(f"R-{i}" for i in range(rows)))
     receipts[-1]["currency"] = "EURO"
     with pytest.raises(DBAPIError, match="too long"), services.db.session() as session:
         services.db.insert_rows(session, {Receipt: receipts})
     assert _stored(services) == []
 
 
-def test_a_document_given_as_utf8_bytes_is_stored_as_the_same_text(services: Services) -> None:
+def test_a_document_given_as_utf8_bytes_is_read_back_as_the_same_text(services: Services) -> None:
     """The writer hands the document over as orjson's bytes: whether by the driver path or a
-    session, it is stored as text (not a BLOB on SQLite) and read back equal to the str form."""
+    session, it reads back equal to the str form."""
     partner = make_partner(services).partner
     now = services.clock.now()
     text_form = '{"merchant":{"name":"Kahvila Äänekoski ☕"},"rows":[1,2]}'
-    as_text, as_bytes, by_session = _receipt_rows(partner.id, now, "R-1", "R-2", "R-3")
+    as_text, as_bytes, by_session = receipt_rows(partner.id, now, "R-1", "R-2", "R-3")
     as_text["document"] = text_form
     as_bytes["document"] = by_session["document"] = text_form.encode()
     with services.db.session() as session:
         services.db.insert_rows(session, {Receipt: [as_text, as_bytes]})
         session.execute(insert(table(Receipt)), [by_session])
     with services.db.session(write=False) as session:
-        stored = session.execute(
-            select(Receipt.document, func.length(Receipt.document)).order_by(Receipt.id)
-        ).all()
-        if services.db.is_sqlite:
-            kinds = session.scalars(text("SELECT typeof(document) FROM receipts")).all()
-            assert kinds == ["text"] * 3
-    assert stored == [(text_form, len(text_form))] * 3
+        stored = session.scalars(select(Receipt.document).order_by(Receipt.id)).all()
+    assert stored == [text_form] * 3
+
+
+def _stored_documents(services: Services) -> list[Any]:
+    """The documents as the database holds them, by receipt number."""
+    with services.db.engine.connect() as connection:
+        query = "SELECT document FROM receipts ORDER BY receipt_number"
+        return list(connection.exec_driver_sql(query).scalars())
+
+
+def test_sqlite_stores_a_document_compressed_and_reads_every_stored_form_alike(
+    services: Services,
+) -> None:
+    """SQLite: a document is stored as a zstd frame, or as its UTF-8 bytes where compressing
+    would not make it shorter; a document stored as text before compression reads alike.
+    PostgreSQL stores the text (and compresses it itself)."""
+    partner = make_partner(services).partner
+    large = orjson.dumps({"merchant": {"name": "Kahvila Äänekoski ☕"}, "rows": [{"a": 1}] * 200})
+    small = b'{"rows":[1]}'
+    rows = receipt_rows(partner.id, services.clock.now(), "R-1", "R-2")
+    rows[0]["document"], rows[1]["document"] = large, small
+    with services.db.session() as session:
+        services.db.insert_rows(session, {Receipt: rows})
+    held = _stored_documents(services)
+    if services.db.is_sqlite:
+        assert held[0].startswith(ZSTD_FRAME)
+        assert len(held[0]) < len(large) // 10
+        assert held[1] == small
+        with services.db.engine.begin() as connection:  # as revisions before 0010 stored it
+            connection.exec_driver_sql(
+                "UPDATE receipts SET document = CAST(document AS TEXT) WHERE receipt_number = 'R-2'"
+            )
+        assert _stored_documents(services)[1] == small.decode()
+    else:
+        assert held == [large.decode(), small.decode()]
+    read = services.db.read_rows(
+        select(Receipt.document).order_by(Receipt.receipt_number).where(Receipt.total > 0), {}
+    )
+    assert [document for (document,) in read] == [large.decode(), small.decode()]
 
 
 @pytest.mark.parametrize(
@@ -519,7 +520,7 @@ def test_sqlite_stores_a_utc_time_as_sqlalchemys_datetime_text(value: datetime) 
 
 def test_insert_rows_needs_every_column_with_a_python_default(services: Services) -> None:
     partner = make_partner(services).partner
-    rows = _receipt_rows(partner.id, services.clock.now(), "R-1")
+    rows = receipt_rows(partner.id, services.clock.now(), "R-1")
     del rows[0]["return_count"]
     with services.db.session() as session, pytest.raises(ValueError, match="return_count"):
         services.db.insert_rows(session, {Receipt: rows})
@@ -535,8 +536,8 @@ def test_a_refused_row_fails_the_whole_insert_and_hides_the_values(
     transaction rolls back and nothing is stored."""
     partner = make_partner(services).partner
     now = services.clock.now()
-    receipts = _receipt_rows(partner.id, now, "R-1", "R-2")
-    grant = _grant_row(partner.id, receipts[0]["id"], now)
+    receipts = receipt_rows(partner.id, now, "R-1", "R-2")
+    grant = grant_row(partner.id, receipts[0]["id"], now)
     with pytest.raises(IntegrityError) as refused, services.db.session() as session:
         services.db.insert_rows(session, {Receipt: receipts, ReceiptGrant: [grant] * grants})
     assert "parameters hidden" in str(refused.value)

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Text, false, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from kuitti.db import Base, UTF8Text
+from kuitti.db import Base, DocumentText
 from kuitti.ids import new_id
 
 
@@ -26,9 +26,9 @@ class Receipt(Base):
     """
 
     __tablename__ = "receipts"
+    # A merchant names an original by its number and time: found through the merchant's
+    # grants (``kuitti.posting.returns.numbered``), not an index of every receipt's number.
     __table_args__ = (
-        # A merchant names an original by its number and time: one index range per return.
-        Index("ix_receipts_partner_number", "partner_id", "receipt_number", "receipt_time"),
         # Partial: nearly every receipt names no original, and ingest then pays nothing for it.
         Index(
             "ix_receipts_original",
@@ -46,9 +46,8 @@ class Receipt(Base):
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
-    # Indexed first in ix_receipts_partner_number.
     partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"))
-    document: Mapped[str] = mapped_column(UTF8Text)
+    document: Mapped[str] = mapped_column(DocumentText)
     document_hash: Mapped[str] = mapped_column(String(64))
     receipt_number: Mapped[str] = mapped_column(String(200))
     receipt_time: Mapped[datetime]
@@ -125,17 +124,22 @@ class ReceiptGrant(Base):
     deletion detaches the cards). The readers check that at read time
     (``kuitti.receipts.readers``), so a consent that ends cuts access at once, whoever ended it.
     One partner may hold several grants for one receipt (two of its users' connections, say).
-    ``receipt_time`` is copied here so listing is one index range."""
+    ``receipt_time`` is copied here so listing is one index range.
+
+    Two indexes: the listing's (a partner's grants by time) and one by receipt, which serves
+    the checks whether a partner may read given receipts (``receipt_id`` and ``partner_id``
+    both in its condition) and deleting a receipt. A receipt has a grant or two, so one index
+    by receipt does what a second by partner first did too (migration 0010)."""
 
     __tablename__ = "receipt_grants"
     __table_args__ = (
         Index("ix_receipt_grants_listing", "partner_id", "receipt_time", "receipt_id"),
-        Index("ix_receipt_grants_reading", "partner_id", "receipt_id"),
+        Index("ix_receipt_grants_receipt", "receipt_id", "partner_id"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=new_id)
     partner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("partners.id"))
-    receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"), index=True)
+    receipt_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("receipts.id"))
     receipt_time: Mapped[datetime]
     reason: Mapped[str] = mapped_column(String(32))
     connection_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("connections.id"))

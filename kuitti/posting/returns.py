@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 import orjson
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, and_, select
 from sqlalchemy.orm import Session
 
 from kuitti.delivery.service import deliver_to_user, grant_via_card
@@ -103,10 +103,8 @@ def _candidates(
     else:
         named = document.originalReceipt
         assert named is not None
-        query = query.where(
-            Receipt.receipt_number == named.receiptNumber,
-            Receipt.receipt_time == datetime.fromisoformat(named.receiptTimeStamp),
-        )
+        moment = datetime.fromisoformat(named.receiptTimeStamp)
+        query = query.where(numbered(partner.id, named.receiptNumber, moment))
         branch_id = named.branchId
     rows = session.scalars(query.with_for_update(key_share=True)).all()
     return [
@@ -114,6 +112,24 @@ def _candidates(
         for row in rows
         if _same_merchant(orjson.loads(row.document), document.merchant.companyID, branch_id)
     ]
+
+
+def numbered(partner_id: uuid.UUID, number: str, moment: datetime) -> ColumnElement[bool]:
+    """The partner's receipts of this number and time, found through its ``posted`` grants,
+    whose listing index leads with the partner and the time: a return naming its purchase is
+    rare, and an index of the receipts by number for it cost every receipt about 100 bytes
+    (migration 0010)."""
+    return and_(
+        Receipt.id.in_(
+            select(ReceiptGrant.receipt_id).where(
+                ReceiptGrant.partner_id == partner_id,
+                ReceiptGrant.receipt_time == moment,
+                ReceiptGrant.reason == GrantReason.POSTED,
+            )
+        ),
+        Receipt.receipt_number == number,
+        Receipt.receipt_time == moment,
+    )
 
 
 def _same_merchant(original: dict[str, Any], company_id: str, branch_id: str | None) -> bool:

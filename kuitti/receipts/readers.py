@@ -66,7 +66,7 @@ class Reader:
 def _grant_in_force() -> ColumnElement[bool]:
     """A grant row still gives the right: posted, or its connection or card still holds.
 
-    Both sources are looked up by primary key, and grants by ``(partner_id, receipt_id)`` or the
+    Both sources are looked up by primary key, and grants by ``(receipt_id, partner_id)`` or the
     listing index, so the check costs two index probes per grant."""
     return or_(
         ReceiptGrant.reason == GrantReason.POSTED,
@@ -480,15 +480,17 @@ def _relations_shown(
 
 
 def _readable_ids(session: Session, reader: Reader, ids: set[uuid.UUID]) -> set[uuid.UUID]:
+    return set(session.scalars(_readable_ids_query(reader, ids)))
+
+
+def _readable_ids_query(reader: Reader, ids: set[uuid.UUID]) -> Select[uuid.UUID]:
     if reader.user_id is not None:
-        query = select(ReceiptDelivery.receipt_id).where(
+        return select(ReceiptDelivery.receipt_id).where(
             ReceiptDelivery.user_id == reader.user_id, ReceiptDelivery.receipt_id.in_(ids)
         )
-    else:
-        query = select(ReceiptGrant.receipt_id).where(
-            ReceiptGrant.receipt_id.in_(ids), _readable_by_partner(reader.partner_id)
-        )
-    return set(session.scalars(query))
+    return select(ReceiptGrant.receipt_id).where(
+        ReceiptGrant.receipt_id.in_(ids), _readable_by_partner(reader.partner_id)
+    )
 
 
 def encode_cursor(moment: datetime, receipt_id: str) -> str:

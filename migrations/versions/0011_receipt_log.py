@@ -7,7 +7,7 @@ their signatures and the Merkle root over them), each receipt names its batch
 yet. Receipts signed before this revision are logged by ``kuitti receipts sign-existing``.
 
 Revision ID: 0011
-Revises: 0008
+Revises: 0010
 Create Date: 2026-11-29 08:30:00
 """
 
@@ -19,7 +19,7 @@ from alembic import op
 import kuitti.db
 
 revision: str = "0011"
-down_revision: str | None = "0008"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
