@@ -74,4 +74,4 @@ class Refusals:
 
 
 REFUSALS = Refusals()
-"""The process's one count: every connection's protocol and the read pool refuse through it."""
+"""The process's one count: every connection's protocol refuses through it."""

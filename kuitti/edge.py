@@ -21,10 +21,10 @@ event loop, busy with the requests it took, accepts the next connections only as
 them, and they wait in the listening socket's accept queue, before the process knows of them
 (``bench/overload.py`` measured seconds there and a millisecond after the accept). Elsewhere it
 is the time since the process began reading the request. A refusal is bytes encoded once
-(``kuitti.admission.BUSY_ANSWER``), written before the request is built: a few tens of
-microseconds of the process's time, against about a millisecond for a request served, so a
-process under five times the load it can serve still clears its queue, and the requests it
-serves waited at most the bound.
+(``kuitti.admission.BUSY_ANSWER``), written before the application runs: with the connection's
+own cost, 80–90 microseconds of the process's time against 0.7–0.9 ms for a request served
+(``bench/overload.py``), so a process under five times the load it can serve still clears its
+queue, and the requests it serves waited at most the bound.
 
 An idle kept-alive connection is closed by uvicorn's own ``timeout_keep_alive``.
 """
@@ -200,11 +200,11 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
         response's end): then 503 at once."""
         waited_briefly = self.queue.admits(self.waited(), self.loop.time())
         room = len(self.tasks) < self.max_in_flight
-        if (waited_briefly and room) or self.scope["path"] in ALWAYS_ADMITTED:
+        if (waited_briefly and room) or cycle.scope["path"] in ALWAYS_ADMITTED:
             super()._start_asgi_task(cycle, app)
             return
         cycle.response_complete = True  # the parser's calls for the rest of it do nothing
-        REFUSALS.refused(self.scope["method"], "queue" if not waited_briefly else "in flight")
+        REFUSALS.refused(cycle.scope["method"], "queue" if not waited_briefly else "in flight")
         self._close_with(BUSY_ANSWER)
 
     # -- uvicorn's protocol, extended -------------------------------------------------------
