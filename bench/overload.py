@@ -1,17 +1,20 @@
 """Overload: a real ``kuitti serve`` (one process) offered more requests than it can serve, with
-and without the bound on a request's wait (``KUITTI_MAX_QUEUE_SECONDS``), on SQLite and on
-PostgreSQL.
+and without its bounds (the wait, ``KUITTI_MAX_QUEUE_SECONDS``; the requests in flight,
+``KUITTI_MAX_REQUESTS_IN_FLIGHT``; the read pool's wait), on SQLite and on PostgreSQL.
 
     .venv/bin/python bench/overload.py [--database both] [--seconds 10] [--rounds 2]
                                        [--max-wait 0.5]
 
 Each request is a merchant's receipt list (``GET /api/v1/receipts/``, 20 receipts) on a new
-connection. Two servers run on the same database: one with ``--max-wait`` and one whose bound is
-an hour (none, as before the bound). They are measured in turns, round after round, so the other
-work on a shared machine falls on both alike.
+connection. Two servers run on the same database: one with the default bounds (``--max-wait``)
+and one whose bounds are out of reach (a wait of an hour, a million requests in flight: none, as
+before the bounds). They are measured in turns, round after round, so the other work on a
+shared machine falls on both alike.
 
-1. Capacity: 8 clients, each sending its next request when the last is answered, for
-   ``--seconds`` against the server without the bound; requests per second.
+1. Capacity, measured by the load generator itself, against the server without the bounds: the
+   highest rate (bisection, ``PROBES`` runs of ``PROBE_SECONDS``) at which every request is
+   answered 200 and the p99 stays under ``KEEPS_UP_MS``. Closed-loop Python clients on the same
+   two cores took CPU from the server and measured a third too little.
 2. Unloaded: a quarter of capacity, open loop; the p99 of the answers.
 3. Offered load at 2x and 5x capacity, open loop, for ``--seconds`` each.
 
@@ -19,16 +22,15 @@ The open-loop load is h2load's (``nghttp2-client``, in C: a Python generator on 
 cores lagged behind its own schedule by seconds): it opens connections at a fixed rate whatever
 the answers, one request on each. Per server and load it prints the goodput (200s per second of
 the whole run, until the last answer), the answers by status, the p50/p99 of the 200s and the
-p99 of the 503s in milliseconds (from the request's sending, after the connection opened), and
-the slowest connection's opening (a full accept queue drops connections, which the kernel then
-retries after a second or more). Loopback only; at most 60 s a phase and 3000 connections a
-second.
+p99 of the 503s in milliseconds (from the request's sending, after the connection opened), the
+slowest connection's opening (a full accept queue drops connections, which the kernel then
+retries after a second or more), and the server process's CPU per answer (microseconds; 503s
+and 200s together). Loopback only; at most 60 s a phase and ``MAX_RATE`` connections a second.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import re
@@ -38,25 +40,33 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ingest import free_port, kuitti_instance, running  # noqa: E402  (bench/ is the script's own)
+from ingest import (  # noqa: E402  (bench/ is the script's own)
+    free_port,
+    kuitti_instance,
+    running,
+    tree_cpu_seconds,
+)
 
 from tests.factories import receipt_doc  # noqa: E402
 
 KUITTI = str(Path(sys.executable).parent / "kuitti")
 H2LOAD = shutil.which("h2load")
 MAX_SECONDS = 60
-MAX_RATE = 3000
-NO_BOUND_SECONDS = 3600
+MAX_RATE = 6000
+NO_BOUND = {"KUITTI_MAX_QUEUE_SECONDS": "3600", "KUITTI_MAX_REQUESTS_IN_FLIGHT": "1000000"}
 RECEIPTS = 20
-CLOSED_LOOP_CLIENTS = 8
 CONNECTION_TIMEOUT_SECONDS = 60
+PROBES = 6
+PROBE_SECONDS = 3.0
+KEEPS_UP_MS = 100.0
+LOWEST_RATE = 50.0
 
 
 def percentile(samples: list[float], share: float) -> float | None:
@@ -67,50 +77,38 @@ def percentile(samples: list[float], share: float) -> float | None:
 
 
 @contextlib.contextmanager
-def serving(env: dict[str, str], max_wait: float, workdir: Path) -> Iterator[str]:
-    """``kuitti serve`` with ``max_wait`` as its bound; its URL."""
+def serving(env: dict[str, str], bounds: dict[str, str], workdir: Path) -> Iterator[Server]:
+    """``kuitti serve`` with ``bounds`` (KUITTI_ variables) besides ``env``."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server_env = {
-        **env,
-        "KUITTI_PUBLIC_URL": url,
-        "KUITTI_LOG_LEVEL": "WARNING",
-        "KUITTI_MAX_QUEUE_SECONDS": str(max_wait),
-    }
+    server_env = {**env, "KUITTI_PUBLIC_URL": url, "KUITTI_LOG_LEVEL": "WARNING", **bounds}
     command = [KUITTI, "serve", "--port", str(port), "--no-worker"]
-    with running(command, server_env, f"{url}/readyz", workdir / f"serve-{port}.log"):
-        yield url
+    with running(command, server_env, f"{url}/readyz", workdir / f"serve-{port}.log") as pid:
+        yield Server(url, pid)
 
 
-def capacity(url: str, api_key: str, seconds: float) -> float:
-    """Requests per second answered 200 by closed-loop clients, each on new connections."""
-    host, port = url.removeprefix("http://").split(":")
-    request = (
-        f"GET /api/v1/receipts/ HTTP/1.1\r\nHost: {host}\r\nAuthorization: Token {api_key}\r\n"
-        "Connection: close\r\n\r\n"
-    ).encode()
-
-    async def client(stop: float) -> int:
-        served = 0
-        while time.monotonic() < stop:
-            reader, writer = await asyncio.open_connection(host, int(port))
-            writer.write(request)
-            answer = await reader.read()
-            writer.close()
-            assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
-            served += 1
-        return served
-
-    async def clients() -> int:
-        stop = time.monotonic() + seconds
-        return sum(await asyncio.gather(*(client(stop) for _ in range(CLOSED_LOOP_CLIENTS))))
-
-    started = time.monotonic()
-    served = asyncio.run(clients())
-    return served / (time.monotonic() - started)
+class Server(NamedTuple):
+    url: str
+    pid: int
 
 
-def offered(url: str, api_key: str, rate: float, seconds: float, log: Path) -> dict[str, Any]:
+def capacity(server: Server, api_key: str, log: Path) -> tuple[float, list[str]]:
+    """The highest rate at which ``server`` keeps up, open loop: every request answered 200,
+    the p99 under ``KEEPS_UP_MS`` (a queue that grows for ``PROBE_SECONDS`` at a few per cent
+    past capacity exceeds it). Bisection between ``LOWEST_RATE`` and ``MAX_RATE``; the probes'
+    lines too."""
+    low, high = LOWEST_RATE, float(MAX_RATE)
+    probes = []
+    for _ in range(PROBES):
+        rate = (low + high) / 2
+        run = offered(server, api_key, rate, PROBE_SECONDS, log)
+        kept_up = set(run["answers"]) == {"200"} and (run["p99_200_ms"] or 0) < KEEPS_UP_MS
+        probes.append(line("probe", "ok" if kept_up else "behind", run))
+        low, high = (rate, high) if kept_up else (low, rate)
+    return low, probes
+
+
+def offered(server: Server, api_key: str, rate: float, seconds: float, log: Path) -> dict[str, Any]:
     """h2load opening ``rate`` connections a second for ``seconds``, one request on each."""
     assert H2LOAD is not None
     # h2load's period is whole milliseconds: a few connections every 10 ms, or one less often.
@@ -123,11 +121,13 @@ def offered(url: str, api_key: str, rate: float, seconds: float, log: Path) -> d
         "-r", str(per_period), "--rate-period", f"{period_ms}ms",
         "-T", str(CONNECTION_TIMEOUT_SECONDS), "-N", str(CONNECTION_TIMEOUT_SECONDS),
         "-H", f"Authorization: Token {api_key}", "--log-file", str(log),
-        f"{url}/api/v1/receipts/",
+        f"{server.url}/api/v1/receipts/",
     ]  # fmt: skip
+    cpu = tree_cpu_seconds(server.pid)
     started = time.monotonic()
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     elapsed = time.monotonic() - started
+    cpu = tree_cpu_seconds(server.pid) - cpu
     by_status: dict[int, list[float]] = {}
     for line in log.read_text().splitlines():
         _start, status, micros = line.split("\t")
@@ -144,6 +144,7 @@ def offered(url: str, api_key: str, rate: float, seconds: float, log: Path) -> d
         "p99_200_ms": percentile(by_status.get(200, []), 0.99),
         "p99_503_ms": percentile(by_status.get(503, []), 0.99),
         "slowest_connect": connect.group(1) if connect else None,
+        "cpu_us_per_answer": round(cpu / max(answered, 1) * 1e6),
     }
 
 
@@ -151,31 +152,35 @@ def bench(kind: str, options: argparse.Namespace) -> dict[str, Any]:
     seconds = min(options.seconds, MAX_SECONDS)
     with kuitti_instance(kind) as (workdir, env, api_key, _url):
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        bounds = {f"bound_{options.max_wait}s": options.max_wait, "no_bound": NO_BOUND_SECONDS}
-        with contextlib.ExitStack() as servers:
-            urls = {name: servers.enter_context(serving(env, wait, workdir))
-                    for name, wait in bounds.items()}  # fmt: skip
+        bounds = {
+            f"bound_{options.max_wait}s": {"KUITTI_MAX_QUEUE_SECONDS": str(options.max_wait)},
+            "no_bound": NO_BOUND,
+        }
+        with contextlib.ExitStack() as stack:
+            servers = {name: stack.enter_context(serving(env, bound, workdir))
+                       for name, bound in bounds.items()}  # fmt: skip
             for _ in range(RECEIPTS):
                 posted = httpx.post(
-                    f"{urls['no_bound']}/api/v1/receipts/",
+                    f"{servers['no_bound'].url}/api/v1/receipts/",
                     json=receipt_doc(),
                     headers={"Authorization": f"Token {api_key}"},
                     timeout=30,
                 )
                 assert posted.status_code == 200, posted.text
-            rate = capacity(urls["no_bound"], api_key, seconds)
-            report: dict[str, Any] = {"capacity_per_s": round(rate), "rounds": []}
             log = workdir / "h2load.log"
+            rate, probes = capacity(servers["no_bound"], api_key, log)
+            report: dict[str, Any] = {"capacity_per_s": round(rate), "probes": probes}
+            report["rounds"] = []
             for _ in range(options.rounds):
                 report["rounds"].append(
                     {
                         name: {
                             f"{factor}x": offered(
-                                url, api_key, min(rate * factor, MAX_RATE), seconds, log
+                                server, api_key, min(rate * factor, MAX_RATE), seconds, log
                             )
                             for factor in (0.25, 2, 5)
                         }
-                        for name, url in urls.items()
+                        for name, server in servers.items()
                     }
                 )
             return report
@@ -187,7 +192,8 @@ def line(name: str, load: str, run: dict[str, Any]) -> str:
         f"  {name:<12} {load:>5} offered {run['offered_per_s']:>5}/s"
         f"  goodput {run['goodput_per_s']:>4}/s  200s p50 {run['p50_200_ms']} ms"
         f" p99 {run['p99_200_ms']} ms  503s p99 {run['p99_503_ms']} ms"
-        f"  slowest connect {run['slowest_connect']}  answers {answers}"
+        f"  slowest connect {run['slowest_connect']}  CPU {run['cpu_us_per_answer']} us/answer"
+        f"  answers {answers}"
     )
 
 
@@ -204,6 +210,7 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
     for kind in kinds:
         report = bench(kind, options)
+        print("\n".join(report["probes"]))
         print(f"{kind}: capacity {report['capacity_per_s']}/s", flush=True)
         for number, turn in enumerate(report["rounds"], 1):
             print(f" round {number}")

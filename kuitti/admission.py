@@ -1,68 +1,77 @@
-"""Load shedding, part two: at most ``KUITTI_MAX_REQUESTS_IN_FLIGHT`` requests in flight per
-process.
+"""Load shedding: which requests a server process takes up, and how it answers the rest.
 
 A process that takes every request queues them all, and under more load than it can serve every
 answer waits behind the queue (seconds). The excess is answered at once with 503 and
-``Retry-After`` in the error shape (``BUSY``), so the admitted requests keep their usual latency
-and the clients can retry elsewhere or later. The health endpoints are always admitted: a loaded
-process is alive and ready.
+``Retry-After`` in the error shape (``ServiceBusy``), so the admitted requests keep their usual
+latency and the clients can retry elsewhere or later. The health endpoints are always admitted:
+a loaded process is alive and ready.
 
-Two bounds do it. The first, in ``kuitti.edge``, is on the time a request waited before its
-process took it up: when the event loop itself is saturated the queue forms in the kernel's
-accept queue, where no count of requests in flight sees it. The second, here, is on the requests
-a process works on at once, for the routes that wait on something else (PostgreSQL, a thread):
-a request counts from the moment the application sees it until its response is sent, its body's
-reading included. One event loop per process runs this, so a plain counter, the process's
-``Gate``, is exact.
+Three bounds do it, each where its queue forms:
+
+- the time a request waited before its process took it up (``kuitti.edge.Queue``): when the
+  event loop is saturated the queue forms in the kernel's accept queue;
+- the requests a process works on at once (``KUITTI_MAX_REQUESTS_IN_FLIGHT``), counted by
+  ``kuitti.edge`` from the moment the request is taken up until its response is sent, its
+  body's reading included;
+- on PostgreSQL, the wait for a connection of the read pool (``kuitti.db``): a request that
+  cannot have one within the queue's target is refused rather than queued.
+
+The first two answer from ``kuitti serve``'s protocol with ``BUSY_ANSWER``, bytes encoded once,
+without building a request or running the application. Such a refusal is counted
+(``kuitti_http_requests_total{route="shed"}``) and logged at most once per ``LOG_EVERY_SECONDS``
+with the count since the last line (``Refusals``): under five times the load a process refuses
+thousands of requests a second, and a log line each would cost more than the refusal. The
+third ran the application, and is counted and logged as its route's 503.
 """
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+import time
 
-from kuitti.errors import ErrorDetail
-from kuitti.metrics import count_request
-from kuitti.responses import error_response
+import orjson
+from prometheus_client import Counter
+
+from kuitti.errors import BUSY_RETRY_AFTER_SECONDS, ServiceBusy
+from kuitti.logs import log
+from kuitti.metrics import HTTP_REQUESTS
+from kuitti.protocols import closing_answer
 
 ALWAYS_ADMITTED = frozenset({"/healthz", "/readyz", "/metrics"})
-RETRY_AFTER_SECONDS = 1
-BUSY = ErrorDetail(
-    "service_unavailable",
-    "The service is busier than it can serve; nothing was done. Try again shortly.",
-)
+BUSY = ServiceBusy().details()[0]
+RETRY_AFTER = ((b"retry-after", str(BUSY_RETRY_AFTER_SECONDS).encode("ascii")),)
+BUSY_ANSWER = closing_answer(503, orjson.dumps(BUSY.as_json()), RETRY_AFTER)
+TARGET_SHARE = 0.25
+"""The share of ``KUITTI_MAX_QUEUE_SECONDS`` that a served request may wait under a standing
+queue (``kuitti.edge.Queue``), and for a connection of the read pool (``kuitti.db``)."""
+LOG_EVERY_SECONDS = 10.0
 
 
-class Gate:
-    """The requests in flight in this process, and how many may be."""
+class Refusals:
+    """The process's count of requests shed, and its sampled log line."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.in_flight = 0
+    def __init__(self, every: float = LOG_EVERY_SECONDS) -> None:
+        self.every = every
+        self.since_logged = 0
+        self.logged_at = float("-inf")
+        self._counters: dict[str, Counter] = {}
+
+    def refused(self, method: str, why: str, now: float | None = None) -> None:
+        counter = self._counters.get(method)
+        if counter is None:
+            counter = self._counters[method] = HTTP_REQUESTS.labels(method, "shed", "503")
+        counter.inc()
+        self.since_logged += 1
+        now = time.monotonic() if now is None else now
+        if now - self.logged_at >= self.every:
+            log.warning(
+                "requests shed",
+                refused=self.since_logged,
+                last_reason=why,
+                seconds=None if self.logged_at == float("-inf") else round(now - self.logged_at),
+            )
+            self.since_logged = 0
+            self.logged_at = now
 
 
-class AdmissionLimit:
-    """Admits at most ``gate.limit`` HTTP requests at a time; answers the rest 503 at once."""
-
-    def __init__(self, app: ASGIApp, *, gate: Gate) -> None:
-        self.app = app
-        self.gate = gate
-        self.refusal = error_response(
-            [BUSY],
-            503,
-            {"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"},
-        )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in ALWAYS_ADMITTED:
-            await self.app(scope, receive, send)
-            return
-        gate = self.gate
-        if gate.in_flight >= gate.limit:
-            count_request(scope["method"], "shed", 503, 0.0)
-            await self.refusal(scope, receive, send)
-            return
-        gate.in_flight += 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            gate.in_flight -= 1
+REFUSALS = Refusals()
+"""The process's one count: every connection's protocol refuses through it."""

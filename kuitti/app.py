@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
 from kuitti import __version__
-from kuitti.admission import AdmissionLimit, Gate
+from kuitti.admission import TARGET_SHARE
 from kuitti.allowed import allowed_methods
 from kuitti.cards.routes import router as cards_router
 from kuitti.clients import TrustedProxyHeaders
@@ -79,6 +79,7 @@ def create_app(
         pool_size=settings.db_pool_size,
         listen_url=settings.listen_database_url,
         prepared_statements=settings.db_prepared_statements,
+        busy_wait=settings.max_queue_seconds * TARGET_SHARE,
     )
     replica = None
     if settings.read_database_url:
@@ -152,7 +153,6 @@ def create_app(
     api_routes = [*FRONT_ROUTES, *(route for router in ROUTERS for route in router.routes)]
     app.add_middleware(TrailingSlashes, routes=api_routes)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(AdmissionLimit, gate=Gate(settings.max_requests_in_flight))
     app.add_middleware(TrustedProxyHeaders, trusted=settings.trusted_proxies)
     app.openapi = lambda: build_openapi(app, FRONT_DOCUMENTED)  # type: ignore[method-assign]
     return app

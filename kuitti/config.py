@@ -187,8 +187,8 @@ class Settings(BaseSettings):
     )
 
     # The edge: which peers may forward a client's address (kuitti/clients.py), how large and how
-    # slow a request may be and how long it may wait (kuitti/edge.py), how many a process admits
-    # (kuitti/admission.py).
+    # slow a request may be, how long it may wait and how many a process works on at once
+    # (kuitti/edge.py, kuitti/admission.py).
     trusted_proxies: Annotated[tuple[str, ...], NoDecode] = Field(
         (),
         description="Comma-separated addresses or networks (CIDR) of the reverse proxies whose "
@@ -207,14 +207,15 @@ class Settings(BaseSettings):
         0.5,
         gt=0,
         description="Longest a request may have waited, from its last byte's arrival until its "
-        "server process takes it up; an older one is answered 503 with Retry-After at once "
-        "(kuitti/edge.py; see docs/operations.md).",
+        "server process takes it up; an older one is answered 503 with Retry-After at once, "
+        "and a PostgreSQL read waits at most a quarter of it for a connection of its pool "
+        "(kuitti/edge.py, kuitti/db.py; see docs/operations.md).",
     )
     max_requests_in_flight: int = Field(
         64,
         gt=0,
         description="Requests a server process works on at once; the excess is answered 503 "
-        "with Retry-After at once (kuitti/admission.py; see docs/operations.md).",
+        "with Retry-After at once (kuitti/edge.py; see docs/operations.md).",
     )
 
     @field_validator("trusted_proxies", mode="before")

@@ -64,7 +64,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from kuitti.checkpoints import WAL_AUTOCHECKPOINT_PAGES, BackgroundCheckpoints
 from kuitti.config import libpq_conninfo
-from kuitti.errors import DatabaseUnavailable
+from kuitti.errors import DatabaseUnavailable, ServiceBusy
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -403,14 +403,18 @@ class Database:
         async_read_wait: float = ASYNC_READ_WAIT_SECONDS,
         listen_url: str | None = None,
         prepared_statements: bool = True,
+        busy_wait: float | None = None,
     ) -> None:
         """``listen_url``: where ``LISTEN`` connects (PostgreSQL), when ``url`` goes through
         a pooler in transaction mode that cannot keep a session's ``LISTEN``.
         ``prepared_statements``: false behind a pooler in transaction mode that does not keep
         server-side prepared statements (PgBouncer before 1.21): psycopg then prepares
-        none."""
+        none. ``busy_wait``: the longest a read from the event loop waits for a connection
+        that every other read holds before it is refused (``ServiceBusy``); None: as long
+        as ``async_read_wait``."""
         self.url = url
         self.async_read_wait = async_read_wait
+        self.busy_wait = busy_wait
         self.is_sqlite = url.startswith("sqlite")
         self.sqlite_file: str | None = None
         """The file of an SQLite database kept in one."""
@@ -584,7 +588,7 @@ class Database:
         try:
             with unavailable_as_503():
                 try:
-                    rows = await _fetch_all(pool, query.sql, values)
+                    rows = await _fetch_all(pool, query.sql, values, self.busy_wait)
                 except PoolTimeout:
                     raise  # no connection could be had: waiting again would double the wait
                 except psycopg.OperationalError:
@@ -592,7 +596,7 @@ class Database:
                     # timeout): the pool drops the broken ones, and the read, which changes
                     # nothing, runs once more.
                     await pool.check()
-                    rows = await _fetch_all(pool, query.sql, values)
+                    rows = await _fetch_all(pool, query.sql, values, self.busy_wait)
         except psycopg.Error as error:
             raise self._database_error(error, query.sql, values) from error
         return [query.converted(row) for row in rows]
@@ -730,10 +734,29 @@ def _driver_of(session: Session) -> Any:
     return session.connection().connection.driver_connection
 
 
-async def _fetch_all(pool: AsyncConnectionPool, sql: str, values: Any) -> list[tuple[Any, ...]]:
-    async with pool.connection() as connection:
-        cursor = await connection.execute(sql, values)
-        return await cursor.fetchall()
+async def _fetch_all(
+    pool: AsyncConnectionPool, sql: str, values: Any, busy_wait: float | None
+) -> list[tuple[Any, ...]]:
+    """Run ``sql`` on a connection of ``pool``. With ``busy_wait``, a request that finds every
+    connection the pool may have taken waits at most that long for one, then is refused
+    (``ServiceBusy``: the process has more reads than connections, and a longer wait would only
+    queue); one that waits because connections cannot be made waits the pool's whole timeout
+    (then ``PoolTimeout``: the database is away)."""
+    try:
+        connection = await pool.getconn(timeout=busy_wait)
+    except PoolTimeout:
+        if busy_wait is None:
+            raise
+        stats = pool.get_stats()
+        if stats["pool_size"] >= stats["pool_max"]:
+            raise ServiceBusy() from None
+        connection = await pool.getconn(timeout=max(pool.timeout - busy_wait, 0.0))
+    try:
+        async with connection:
+            cursor = await connection.execute(sql, values)
+            return await cursor.fetchall()
+    finally:
+        await pool.putconn(connection)
 
 
 class DirectQuery:

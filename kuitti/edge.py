@@ -11,18 +11,20 @@ held to four settings:
 - the time from the end of the head to the end of the body to ``KUITTI_BODY_TIMEOUT_SECONDS``:
   408 unless a response has started, and the connection is closed either way;
 - the time from the arrival of the head's last byte to the moment the process takes the request
-  up to ``KUITTI_MAX_QUEUE_SECONDS``: 503 with ``Retry-After`` in the error shape, at once and
-  without running the application (the health endpoints excepted, as in ``kuitti.admission``).
+  up to ``KUITTI_MAX_QUEUE_SECONDS`` (``Queue``), and the requests the process works on at once
+  to ``KUITTI_MAX_REQUESTS_IN_FLIGHT``: 503 with ``Retry-After`` in the error shape, at once
+  and without running the application (the health endpoints excepted, ``kuitti.admission``).
 
 The wait is the kernel's count where it keeps one (Linux's ``TCP_INFO``: milliseconds since the
 connection last received data), because that is where an overloaded process's queue forms: its
 event loop, busy with the requests it took, accepts the next connections only as it gets round to
 them, and they wait in the listening socket's accept queue, before the process knows of them
 (``bench/overload.py`` measured seconds there and a millisecond after the accept). Elsewhere it
-is the time since the process began reading the request. An answer costs a few tens of
-microseconds of the process's time, against a few milliseconds for a request served, so a
-process under five times the load it can serve still clears its queue, and the requests it
-serves waited at most the bound.
+is the time since the process began reading the request. A refusal is bytes encoded once
+(``kuitti.admission.BUSY_ANSWER``), written before the application runs: with the connection's
+own cost, 80–90 microseconds of the process's time against 0.7–0.9 ms for a request served
+(``bench/overload.py``), so a process under five times the load it can serve still clears its
+queue, and the requests it serves waited at most the bound.
 
 An idle kept-alive connection is closed by uvicorn's own ``timeout_keep_alive``.
 """
@@ -33,23 +35,20 @@ import asyncio
 import functools
 import socket
 import struct
-from collections.abc import Iterable
 from typing import Any
 
 import orjson
 from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from kuitti.admission import ALWAYS_ADMITTED, BUSY, RETRY_AFTER_SECONDS
+from kuitti.admission import ALWAYS_ADMITTED, BUSY_ANSWER, REFUSALS, TARGET_SHARE
 from kuitti.config import load_settings
-from kuitti.metrics import count_request
 from kuitti.protocols import HttpToolsJsonErrors, closing_answer
 
 # ``struct tcp_info`` (linux/tcp.h) up to ``tcpi_last_data_recv``: the milliseconds since the
 # connection last received data, the 14th 32-bit field after 8 one-byte ones.
 TCP_INFO: int | None = getattr(socket, "TCP_INFO", None)
 LAST_DATA_RECV = struct.Struct("=52xI")
-RETRY_AFTER = ((b"retry-after", str(RETRY_AFTER_SECONDS).encode("ascii")),)
 
 
 class Queue:
@@ -66,7 +65,7 @@ class Queue:
 
     def __init__(self, longest: float) -> None:
         self.longest = longest
-        self.target = longest / 4
+        self.target = longest * TARGET_SHARE
         self.interval = longest / 5
         self.above_since: float | None = None  # every request since then waited > target
         self.last_above = float("-inf")
@@ -93,15 +92,16 @@ def process_queue(longest: float) -> Queue:
 
 
 @functools.cache
-def edge_limits() -> tuple[int, float, float, float]:
-    """(largest head in bytes, header timeout, body timeout, longest wait), read once per
-    process."""
+def edge_limits() -> tuple[int, float, float, float, int]:
+    """(largest head in bytes, header timeout, body timeout, longest wait, requests in flight),
+    read once per process."""
     settings = load_settings()
     return (
         settings.max_header_bytes,
         settings.header_timeout_seconds,
         settings.body_timeout_seconds,
         settings.max_queue_seconds,
+        settings.max_requests_in_flight,
     )
 
 
@@ -111,7 +111,13 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.max_head_bytes, self.header_timeout, self.body_timeout, longest_wait = edge_limits()
+        (
+            self.max_head_bytes,
+            self.header_timeout,
+            self.body_timeout,
+            longest_wait,
+            self.max_in_flight,
+        ) = edge_limits()
         self.queue = process_queue(longest_wait)
         self.socket: socket.socket | None = None  # a TCP connection's, for its TCP_INFO
         self.head_began = 0.0
@@ -161,22 +167,16 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
             self.refusal = self._too_large()
             raise ValueError("head too large")
 
-    def _refuse(
-        self,
-        status: int,
-        code: str,
-        description: str,
-        headers: Iterable[tuple[bytes, bytes]] = (),
-    ) -> None:
-        self._disarm()
-        if self.transport.is_closing():
-            return
-        self.transport.write(
-            closing_answer(
-                status, orjson.dumps({"error": code, "decription": description}), headers
-            )
+    def _refuse(self, status: int, code: str, description: str) -> None:
+        self._close_with(
+            closing_answer(status, orjson.dumps({"error": code, "decription": description}))
         )
-        self.transport.close()
+
+    def _close_with(self, answer: bytes) -> None:
+        self._disarm()
+        if not self.transport.is_closing():
+            self.transport.write(answer)
+            self.transport.close()
 
     # -- the wait ---------------------------------------------------------------------------
 
@@ -195,16 +195,17 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
         return self.loop.time() - self.head_began
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
-        """Runs the request, unless the process's queue sheds it (``Queue``): then 503 at once."""
-        if (
-            self.queue.admits(self.waited(), self.loop.time())
-            or self.scope["path"] in ALWAYS_ADMITTED
-        ):
+        """Runs the request, unless the process's queue sheds it (``Queue``) or it works on
+        as many requests as it may (uvicorn's ``tasks``: one a request from its start to its
+        response's end): then 503 at once."""
+        waited_briefly = self.queue.admits(self.waited(), self.loop.time())
+        room = len(self.tasks) < self.max_in_flight
+        if (waited_briefly and room) or cycle.scope["path"] in ALWAYS_ADMITTED:
             super()._start_asgi_task(cycle, app)
             return
         cycle.response_complete = True  # the parser's calls for the rest of it do nothing
-        count_request(self.scope["method"], "shed", 503, 0.0)
-        self._refuse(503, BUSY.code, BUSY.description, RETRY_AFTER)
+        REFUSALS.refused(cycle.scope["method"], "queue" if not waited_briefly else "in flight")
+        self._close_with(BUSY_ANSWER)
 
     # -- uvicorn's protocol, extended -------------------------------------------------------
 

@@ -113,3 +113,24 @@ class DatabaseUnavailable(KuittiError):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)}
+
+
+BUSY_RETRY_AFTER_SECONDS = 1
+
+
+class ServiceBusy(KuittiError):
+    """More load than the process can serve (``kuitti.admission``): 503 with ``Retry-After`` at
+    once, nothing done, instead of a wait in a queue."""
+
+    status_code = 503
+    code = "service_unavailable"
+
+    def __init__(
+        self,
+        description: str = "The service is busier than it can serve; nothing was done. "
+        "Try again shortly.",
+    ) -> None:
+        super().__init__(description)
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(BUSY_RETRY_AFTER_SECONDS)}

@@ -1,54 +1,103 @@
-"""Load shedding over real HTTP: with one request in flight and a limit of one, the next is
-answered 503 with ``Retry-After`` at once, the health endpoints still answer, and the process
-admits again once the request in flight is done."""
+"""Load shedding by the requests in flight (``kuitti.edge``, ``kuitti.admission``), over real
+HTTP to a real ``kuitti serve``: with as many requests in flight as the process may have, the
+next is answered 503 with ``Retry-After`` at once, the health endpoints still answer, and the
+process admits again once a request in flight is done; the refusals are counted, and logged
+once for a burst of them. A request is held in flight by a body it has not finished sending,
+so which way each request goes depends on the bound, not on how fast the host runs."""
 
 from __future__ import annotations
 
+import re
 import socket
-from collections.abc import Iterator
+import time
+from pathlib import Path
 
 import httpx
-import pytest
+from structlog.testing import capture_logs
 
+from kuitti.admission import Refusals
 from kuitti.services import Services
-from tests.conftest import LiveServer, free_port
+from tests.test_serve import serving
 
 SOCKET_TIMEOUT_SECONDS = 60  # a bound for a server that never answers, not a measured time
+BUSY = {
+    "error": "service_unavailable",
+    "decription": "The service is busier than it can serve; nothing was done. Try again shortly.",
+}
 
 
-@pytest.fixture
-def one_at_a_time(services: Services) -> Iterator[LiveServer]:
-    settings = services.settings.model_copy(update={"max_requests_in_flight": 1})
-    with LiveServer(
-        Services(settings=settings, db=services.db, clock=services.clock), free_port()
-    ) as server:
-        yield server
+def held_in_flight(url: str) -> socket.socket:
+    """A post admitted and in flight: the server asks for its body (100 Continue) only once the
+    request is taken up, and it stays in flight until the body ends."""
+    held = socket.create_connection(
+        ("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=SOCKET_TIMEOUT_SECONDS
+    )
+    held.sendall(
+        b"POST /api/v1/receipts/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n"
+    )
+    return held
 
 
-def test_the_excess_is_answered_503_at_once(one_at_a_time: LiveServer) -> None:
-    port = int(one_at_a_time.url.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT_SECONDS) as held:
-        # The server asks for the body (100 Continue) only once the request is admitted and
-        # its body is being read: from then on it is in flight until the body ends.
-        held.sendall(
-            b"POST /api/v1/receipts/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Content-Type: application/json\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n"
-        )
-        assert held.recv(4096).startswith(b"HTTP/1.1 100 ")
-        with httpx.Client(base_url=one_at_a_time.url, timeout=30) as http:
+def first_line(sock: socket.socket) -> bytes:
+    answer = b""
+    while b"\r\n" not in answer:
+        chunk = sock.recv(4096)
+        assert chunk, answer
+        answer += chunk
+    return answer.split(b"\r\n", 1)[0]
+
+
+def test_the_excess_is_answered_503_at_once(tmp_path: Path, session_services: Services) -> None:
+    settings = {"KUITTI_MAX_REQUESTS_IN_FLIGHT": "1"}
+    with (
+        serving(tmp_path, session_services, settings, "--no-worker") as (_process, url),
+        held_in_flight(url) as held,
+        httpx.Client(base_url=url, timeout=SOCKET_TIMEOUT_SECONDS) as http,
+    ):
+        assert first_line(held) == b"HTTP/1.1 100 Continue"
+        for _ in range(3):
             shed = http.get("/api/v1/receipts/")
             assert shed.status_code == 503
             assert shed.headers["retry-after"] == "1"
-            assert shed.json() == {
-                "error": "service_unavailable",
-                "decription": "The service is busier than it can serve; nothing was done. "
-                "Try again shortly.",
-            }
-            assert http.get("/healthz").json() == {"status": "ok"}
-            assert http.get("/readyz").status_code == 200
-            held.sendall(b"{}")
-            answer = b""
-            while b"\r\n\r\n" not in answer:
-                answer += held.recv(4096)
-            assert answer.startswith(b"HTTP/1.1 401 ")  # handled: no key was sent
-            assert http.get("/api/v1/receipts/").status_code == 401
+            assert shed.headers["connection"] == "close"
+            assert shed.json() == BUSY
+        assert http.get("/healthz").json() == {"status": "ok"}
+        assert http.get("/readyz").status_code == 200
+        held.sendall(b"{}")
+        answer = b""
+        while b"401 " not in answer:
+            chunk = held.recv(4096)
+            assert chunk, answer
+            answer += chunk
+        # Its task ends just after its answer: the process admits again then.
+        deadline = time.monotonic() + SOCKET_TIMEOUT_SECONDS
+        while (status := http.get("/api/v1/receipts/").status_code) == 503:
+            assert time.monotonic() < deadline
+        assert status == 401
+        metrics = http.get("/metrics").text
+    counted = re.search(r'route="shed",status="503"} (\d+)', metrics)
+    assert counted is not None
+    assert int(counted.group(1)) >= 3
+    # Three refusals, one log line: the first, with its count.
+    lines = [
+        line
+        for line in (tmp_path / "serve.log").read_text().splitlines()
+        if "requests shed" in line
+    ]
+    assert len(lines) == 1
+    assert '"refused":1' in lines[0]
+
+
+def test_refusals_are_logged_once_per_interval_with_their_count() -> None:
+    refusals = Refusals(every=10.0)
+    with capture_logs() as logs:
+        for step in range(100):  # one a tenth of a second
+            refusals.refused("GET", "queue", now=1000.0 + step / 10)
+        refusals.refused("POST", "in flight", now=1010.05)
+    assert [(entry["event"], entry["refused"]) for entry in logs] == [
+        ("requests shed", 1),
+        ("requests shed", 100),
+    ]
+    assert logs[1]["last_reason"] == "in flight"
+    assert logs[1]["seconds"] == 10

@@ -1,6 +1,8 @@
 """Shedding by a request's wait (``kuitti.edge``): a request that waited longer than
 ``KUITTI_MAX_QUEUE_SECONDS`` before its process took it up is answered 503 with ``Retry-After``
-in the error shape without running the application, and a fresh one is served.
+in the error shape without running the application, and a fresh one is served. On PostgreSQL, a
+read that finds every connection of the read pool taken is refused after a short wait instead of
+queueing for the pool's whole timeout.
 
 The wait is made real: the server process is stopped (SIGSTOP) while the requests are sent, so
 they wait in the kernel's accept queue, as under overload, until it is continued past the bound.
@@ -9,6 +11,7 @@ standing queue is checked on ``Queue`` itself, with the moments given."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 import subprocess
@@ -19,9 +22,14 @@ from collections.abc import Iterator
 import httpx
 import orjson
 import pytest
+from sqlalchemy import select, text
 
+from kuitti.db import ASYNC_READ_CONNECTIONS, Database
 from kuitti.edge import Queue
+from kuitti.errors import ServiceBusy
+from kuitti.models import Partner
 from kuitti.services import Services
+from tests.factories import make_partner
 from tests.test_serve import serving
 
 LONGEST_WAIT_SECONDS = 1.0
@@ -126,3 +134,54 @@ class TestQueue:
         assert queue.admits(0.2, now=10.3)
         assert queue.admits(0.2, now=10.44)  # none above the target for the interval
         assert queue.admits(0.5, now=10.45)  # a burst again, served
+
+
+def reads_waiting_on_a_lock(services: Services) -> int:
+    with services.db.engine.connect() as connection:
+        return int(
+            connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND query LIKE '%FROM partners%'"
+                )
+            ).scalar_one()
+        )
+
+
+@pytest.mark.postgres_only
+def test_a_read_that_finds_every_connection_taken_is_refused_after_the_busy_wait(
+    services: Services,
+) -> None:
+    """The read pool's connections are held by reads waiting on a table lock; one more read
+    waits the busy wait, not the pool's timeout, and is refused as busy (503
+    ``service_unavailable``), not as a database away. Once the lock goes, every held read
+    finishes and the next read is served."""
+    make_partner(services, name="Lukko Oy")
+    db = Database(services.db.url, async_read_wait=SOCKET_TIMEOUT_SECONDS, busy_wait=0.05)
+    statement = select(Partner.id)
+
+    async def scenario() -> None:
+        await db.open_async_reads()
+        try:
+            with services.db.engine.connect() as locker:
+                locker.execute(text("LOCK TABLE partners IN ACCESS EXCLUSIVE MODE"))
+                held = [
+                    asyncio.create_task(db.read_rows_async(statement, {}))
+                    for _ in range(ASYNC_READ_CONNECTIONS)
+                ]
+                deadline = time.monotonic() + SOCKET_TIMEOUT_SECONDS
+                while reads_waiting_on_a_lock(services) < ASYNC_READ_CONNECTIONS:
+                    assert time.monotonic() < deadline, "the reads never took every connection"
+                    await asyncio.sleep(0.01)  # the loop runs the held reads meanwhile
+                with pytest.raises(ServiceBusy):
+                    await db.read_rows_async(statement, {})
+                locker.rollback()
+            assert all(await asyncio.gather(*held))
+            assert await db.read_rows_async(statement, {})
+        finally:
+            await db.close_async_reads()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        db.dispose()
