@@ -7,7 +7,7 @@ neighbours), and the rows of other tables that refer to it. In a file larger tha
 operating system keeps in memory, the old rows a clean-up deletes are on pages nobody has read
 for months: SQLite reads them one at a time, as it meets them, while it holds the database's
 one write lock. A receipt deleted at two million stored touched about ten such pages, and a
-batch waited on each in turn (docs/performance.md, "At two million receipts").
+batch waited on each in turn (docs/scale.md, "At two million receipts").
 
 ``read_ahead`` reads those pages first, outside the write transaction, on
 ``READ_AHEAD_CONNECTIONS`` connections at once (a read of SQLite's releases the GIL, and the

@@ -54,7 +54,7 @@ from kuitti.readahead import KEYS, Rows, read_ahead
 from kuitti.services import Services
 
 # Receipts deleted per transaction: one batch holds SQLite's one writer for well under 100 ms
-# (docs/performance.md, "Retention").
+# (docs/scale.md, "Partitions and retention").
 RECEIPT_BATCH = 50
 # SQLite's page cache for a batch's transaction, in KiB: a batch of 200 receipts touched about
 # 2,000 pages, and in a connection's usual 2 MB it read many twice and wrote changed ones to the

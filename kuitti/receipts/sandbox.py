@@ -20,7 +20,7 @@ from kuitti.models import Receipt
 from kuitti.retention import delete_receipt_batch
 from kuitti.services import Services
 
-# Receipts deleted per transaction (docs/performance.md, "At two million receipts").
+# Receipts deleted per transaction (docs/scale.md, "At two million receipts").
 # SQLite: with its pages read first, a batch of 100 holds the one writer for about 30 ms of
 # CPU (54-116 ms at a load average of 15, where the same batches not read ahead held it
 # 438-650 ms). PostgreSQL: a batch takes row locks only, and each of its statements is planned
