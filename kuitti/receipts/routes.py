@@ -486,7 +486,7 @@ async def _receipt_answer(
         services, partial(_readable, services, credentials, asked.receipt_id)
     )
     logged = ""
-    if asked.fmt is DataFormat.SIGNED_JSON:  # its proof changes once a tree head holds it
+    if FORMATS[asked.fmt].shows_proof:  # its proof changes once a tree head holds it
         rows = await decided_on.read_rows_async(log.LOG_STATE, {"receipt_id": found.id})
         logged = log.log_state(bool(rows), rows[0][0] if rows else None)
     tag = etag(
@@ -526,7 +526,7 @@ def _rendered_from(session: Session, unrendered: _Unrendered, *, expected: bool)
     poster = session.get(Partner, found.poster.id)
     if receipt is None or poster is None:
         return None
-    proof = log.inclusion(session, receipt) if fmt is DataFormat.SIGNED_JSON else None
+    proof = log.inclusion(session, receipt) if FORMATS[fmt].shows_proof else None
     logged = "" if proof is None else proof.state
     tag = etag(receipt, poster, fmt, layout=layout, locale=locale, logged=logged)
     if expected and tag != unrendered.tag:

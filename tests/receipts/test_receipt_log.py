@@ -33,7 +33,13 @@ from kuitti.signatures import Signer
 from kuitti.worker import run_log_sealer
 from tests.conftest import LiveServer
 from tests.factories import auth, make_partner, receipt_doc
-from tests.receipts.test_signing import post, published, read, saved_receipt
+from tests.receipts.test_signing import (
+    pdf_attachments,
+    post,
+    published,
+    read,
+    saved_receipt,
+)
 from tests.test_cli import run, run_json
 
 THREADS = 4
@@ -181,6 +187,37 @@ def test_a_receipt_stored_after_a_seal_goes_into_the_next_head(
     assert [r["log"]["head"] for r in results] == [1, 2]
     assert results[1]["log"]["since"] == head["time"]
     assert_the_chain_holds(services)
+
+
+def test_a_receipt_pdf_carries_the_proof_it_has_and_changes_when_sealed(
+    client: httpx.Client, services: Services, clock: FrozenClock
+) -> None:
+    """The ``service_pdf``'s attached saved receipt is its ``signed_json``, proof included: the
+    API's PDF and the link page's alike, and a PDF fetched before the seal is not served (nor
+    its ETag matched) after it."""
+    merchant = make_partner(services)
+    answer = client.post("/api/v1/receipts/", json=receipt_doc(), headers=auth(merchant.api_key))
+    assert answer.status_code == 200, answer.text
+    receipt_id, page = answer.json()["receipt_id"], answer.json()["receipt_web_url"]
+    before = read(client, merchant.api_key, receipt_id, "service_pdf")
+    attached = orjson.loads(pdf_attachments(before)[signatures.SIGNED_FILE])
+    assert attached["log"]["pending"] is True
+
+    clock.advance(60)
+    assert seal(services) is not None
+    again = client.get(
+        f"/api/v1/receipts/{receipt_id}/service_pdf/",
+        headers={**auth(merchant.api_key), "If-None-Match": before.headers["etag"]},
+    )
+    assert again.status_code == 200  # not 304: the attachment holds the proof now
+    keys = published(client)
+    link_pdf = client.get(f"{page}/pdf")
+    assert link_pdf.status_code == 200
+    for pdf in (again, link_pdf):
+        saved = pdf_attachments(pdf)[signatures.SIGNED_FILE]
+        assert saved == saved_receipt(client, merchant.api_key, receipt_id)
+        result = check(saved, keys)
+        assert result["valid"] and result["log"]["head"] == 1, result
 
 
 @pytest.mark.postgres_only

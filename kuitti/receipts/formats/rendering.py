@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
@@ -37,7 +37,7 @@ from kuitti.receipts.formats import (
     service_pdf,
 )
 from kuitti.receipts.formats.layout import Layout
-from kuitti.receipts.log import Inclusion
+from kuitti.receipts.log import Inclusion, inclusion
 from kuitti.receipts.relations import NO_RELATIONS, Related, Relations, relations, relations_key
 from kuitti.receipts.view import build_view, parse_document, relation_lines
 
@@ -128,7 +128,7 @@ def _key_parts(
     row = FORMATS[fmt]
     if related and row.shows_relations:
         base = (*base, related)
-    if logged and fmt is DataFormat.SIGNED_JSON:
+    if logged and row.shows_proof:
         base = (*base, logged)
     if row.shows_signature and not receipt.signed:
         # Signed later by the backfill: its rendering (and ETag) then changes.
@@ -146,8 +146,8 @@ def etag(
     logged: str = "",
 ) -> str:
     """A strong ETag for the rendering (no rendering needed: the relations' part of the key is
-    read from the receipt row; ``logged`` is ``signed_json``'s: where the receipt is in the
-    receipt log, ``kuitti.receipts.log.log_state``)."""
+    read from the receipt row; ``logged``, for the formats that carry the receipt's proof of
+    inclusion, is where the receipt is in the receipt log, ``kuitti.receipts.log.log_state``)."""
     parts = _key_parts(receipt, poster, fmt, layout, locale, logged)
     digest = hashlib.sha256("\x1f".join(parts).encode())
     return f'"{digest.hexdigest()[:32]}"'
@@ -172,7 +172,8 @@ def render(
     needs its bank account). ``layout`` (A4 or till roll) applies to ``service_pdf``;
     ``locale`` (fi, sv, en) to the PDFs' labels and number style; ``relations`` are the
     receipt's (``kuitti.receipts.relations.relations``); ``log`` its proof of inclusion in the
-    receipt log, which ``signed_json`` carries (``kuitti.receipts.log.inclusion``)."""
+    receipt log, which ``signed_json`` and the ``service_pdf``'s attachment carry
+    (``kuitti.receipts.log.inclusion``)."""
     # The key has the relations' part of the row: rendering them without it would poison it.
     assert relations is not NO_RELATIONS or not relations_key(receipt), "relations not given"
     logged = "" if log is None else log.state
@@ -180,10 +181,7 @@ def render(
     cached = cache.get(key)
     if cached is not None:
         return cached
-    if fmt is DataFormat.SIGNED_JSON:
-        rendered = _rendered_signed_json(receipt, log)
-    else:
-        rendered = _render(receipt, poster, fmt, layout, as_language(locale).value, relations)
+    rendered = _render(receipt, poster, fmt, layout, as_language(locale).value, relations, log)
     cache.put(key, rendered)
     return rendered
 
@@ -199,6 +197,7 @@ def render_service_pdf(session: Session, receipt: Receipt, *, locale: str) -> Re
         DataFormat.SERVICE_PDF,
         locale=locale,
         relations=relations(session, receipt),
+        log=inclusion(session, receipt),
     )
 
 
@@ -209,35 +208,41 @@ def _render(
     layout: Layout,
     locale: str,
     relations: Relations,
+    log: Inclusion | None,
 ) -> Rendered:
     row = FORMATS[fmt]
-    content = row.render(receipt, poster, layout, locale, relations)
+    content = row.render(receipt, poster, layout, locale, relations, log)
     name = row.file_name.format(number=safe_name(receipt.receipt_number))
     signature = receipt.signature if fmt is DataFormat.SERVICE_JSON else None
     return Rendered(content, row.media_type, name, signature)
 
 
 def _service_json(
-    receipt: Receipt, _poster: Partner, _layout: Layout, _locale: str, _relations: Relations
+    receipt: Receipt,
+    _poster: Partner,
+    _layout: Layout,
+    _locale: str,
+    _relations: Relations,
+    _log: Inclusion | None,
 ) -> bytes:
     return _utf8(receipt.document)
 
 
 def _signed_json(
-    receipt: Receipt, _poster: Partner, _layout: Layout, _locale: str, _relations: Relations
+    receipt: Receipt,
+    _poster: Partner,
+    _layout: Layout,
+    _locale: str,
+    _relations: Relations,
+    log: Inclusion | None,
 ) -> bytes:
-    return signatures.signed_document(_utf8(receipt.document), _signature(receipt))
+    return signatures.signed_document(_utf8(receipt.document), _signature(receipt), _member(log))
 
 
-def _rendered_signed_json(receipt: Receipt, log: Inclusion | None) -> Rendered:
-    """``signed_json`` with the receipt's proof of inclusion in the receipt log, when it has
-    one (a format's row renders it without: its ``render`` takes no proof)."""
-    row = FORMATS[DataFormat.SIGNED_JSON]
-    member = None if log is None else log.member
-    content = signatures.signed_document(_utf8(receipt.document), _signature(receipt), member)
-    return Rendered(
-        content, row.media_type, row.file_name.format(number=safe_name(receipt.receipt_number))
-    )
+def _member(log: Inclusion | None) -> dict[str, Any] | None:
+    """The ``log`` member of a saved receipt: its proof, or that it is pending; None when the
+    receipt is not in the log."""
+    return None if log is None else log.member
 
 
 def _signature(receipt: Receipt) -> str:
@@ -250,14 +255,19 @@ def _signature(receipt: Receipt) -> str:
 
 
 def _service_pdf(
-    receipt: Receipt, _poster: Partner, layout: Layout, locale: str, relations: Relations
+    receipt: Receipt,
+    _poster: Partner,
+    layout: Layout,
+    locale: str,
+    relations: Relations,
+    log: Inclusion | None,
 ) -> bytes:
     view = build_view(parse_document(receipt.document), locale=locale, relations=relations)
     document = _utf8(receipt.document)
     signed = None
     if receipt.signature is not None:
         signed = service_pdf.SignedPart(
-            saved=signatures.signed_document(document, receipt.signature),
+            saved=signatures.signed_document(document, receipt.signature, _member(log)),
             issuer=signatures.signed_header(receipt.signature)["iss"],
             verify_url=signatures.verification_url(document, receipt.signature),
         )
@@ -272,13 +282,23 @@ def _service_pdf(
 
 
 def _finvoice(
-    receipt: Receipt, poster: Partner, _layout: Layout, _locale: str, relations: Relations
+    receipt: Receipt,
+    poster: Partner,
+    _layout: Layout,
+    _locale: str,
+    relations: Relations,
+    _log: Inclusion | None,
 ) -> bytes:
     return _finvoice_xml(receipt, poster, relations)
 
 
 def _finvoice_pdf(
-    receipt: Receipt, poster: Partner, _layout: Layout, locale: str, relations: Relations
+    receipt: Receipt,
+    poster: Partner,
+    _layout: Layout,
+    locale: str,
+    relations: Relations,
+    _log: Inclusion | None,
 ) -> bytes:
     xml = render(receipt, poster, DataFormat.FINVOICE_XML, relations=relations).content
     return finvoice_pdf.render_finvoice_pdf(
@@ -298,11 +318,12 @@ class Format:
     media_type: str
     file_name: str  # ``{number}``: the receipt number, made safe for a file name
     description: str  # in the read endpoint's API document
-    render: Callable[[Receipt, Partner, Layout, str, Relations], bytes]
+    render: Callable[[Receipt, Partner, Layout, str, Relations, Inclusion | None], bytes]
     depends_on: Callable[[Account, Layout, str], tuple[str, ...]]
     """What the rendering depends on besides the document (part of its ETag)."""
     shows_relations: bool = True  # a return's original, a purchase's returns
     shows_signature: bool = True  # the receipt's signature (a header, a PDF's attachment)
+    shows_proof: bool = False  # its proof of inclusion in the receipt log (changes when sealed)
 
 
 def _language(locale: str) -> str:
@@ -328,6 +349,7 @@ FORMATS: dict[DataFormat, Format] = {
         "PDF/A-3 with the JSON embedded; `layout=a4` or `roll`",
         _service_pdf,
         lambda _poster, layout, locale: (layout.value, _language(locale)),
+        shows_proof=True,
     ),
     DataFormat.FINVOICE_XML: Format(
         finvoice_xml.MEDIA_TYPE,
@@ -353,6 +375,7 @@ FORMATS: dict[DataFormat, Format] = {
         _signed_json,
         lambda _poster, _layout, _locale: (),
         shows_relations=False,
+        shows_proof=True,
     ),
 }
 """Every output format, in the order the API document lists them: adding a format is a row."""
