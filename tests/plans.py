@@ -23,13 +23,14 @@ def explain(db: Database, statement: Select[*tuple[Any, ...]], params: Mapping[s
 
 def explain_in_session(db: Database, statement: Executable) -> str:
     """The plan of ``statement`` as a session sends it (its SQL and values caught at the
-    driver, expanded ``IN`` lists included), explained as ``explain`` does."""
+    driver, expanded ``IN`` lists included), explained as ``explain_sent`` does."""
     return explain_sent(db, lambda session: session.execute(statement).all())
 
 
 def explain_sent(db: Database, work: Callable[[Session], object], kind: str = "SELECT") -> str:
     """The plan of the one ``kind`` statement (``SELECT``, ``UPDATE``) that ``work`` sends in a
-    session of its own (the ORM's flush included), explained as ``explain`` does. The session
+    session of its own (the ORM's flush included), explained as ``explain_sql`` does (on
+    SQLite without the statistics other tests' rows left). The session
     commits: an ``UPDATE`` is explained after it ran."""
     sent: list[tuple[str, Any]] = []
 
@@ -43,7 +44,7 @@ def explain_sent(db: Database, work: Callable[[Session], object], kind: str = "S
     finally:
         event.remove(db.engine, "before_cursor_execute", catch)
     [(sql, values)] = [(sql, values) for sql, values in sent if sql.lstrip().startswith(kind)]
-    return _explain(db, sql, values)
+    return explain_sql(db, sql, values)
 
 
 def explain_sql(db: Database, sql: str, values: Any) -> str:
