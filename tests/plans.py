@@ -16,9 +16,10 @@ def explain(db: Database, statement: Select[*tuple[Any, ...]], params: Mapping[s
 
     On PostgreSQL, sequential and bitmap scans are off for the one transaction: on the test
     database's small tables a scan is cheapest, and the question is which conditions an index
-    takes, not which plan an empty table makes cheapest."""
+    takes, not which plan an empty table makes cheapest; on SQLite, likewise, without the
+    statistics other tests' rows left (``explain_sql``)."""
     query = db._direct_query(statement)
-    return _explain(db, query.sql, query.parameters(params))
+    return explain_sql(db, query.sql, query.parameters(params))
 
 
 def explain_in_session(db: Database, statement: Executable) -> str:

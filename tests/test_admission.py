@@ -13,10 +13,12 @@ import time
 from pathlib import Path
 
 import httpx
-from structlog.testing import capture_logs
+import pytest
 
+from kuitti import admission
 from kuitti.admission import Refusals
 from kuitti.services import Services
+from tests.logcapture import captured_logs
 from tests.test_serve import serving
 
 SOCKET_TIMEOUT_SECONDS = 60  # a bound for a server that never answers, not a measured time
@@ -89,15 +91,17 @@ def test_the_excess_is_answered_503_at_once(tmp_path: Path, session_services: Se
     assert '"refused":1' in lines[0]
 
 
-def test_refusals_are_logged_once_per_interval_with_their_count() -> None:
+def test_refusals_are_logged_once_per_interval_with_their_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     refusals = Refusals(every=10.0)
-    with capture_logs() as logs:
+    with captured_logs(monkeypatch, admission) as logs:
         for step in range(100):  # one a tenth of a second
             refusals.refused("GET", "queue", now=1000.0 + step / 10)
         refusals.refused("POST", "in flight", now=1010.05)
-    assert [(entry["event"], entry["refused"]) for entry in logs] == [
+    assert [(entry["event"], entry["refused"]) for entry in logs.entries] == [
         ("requests shed", 1),
         ("requests shed", 100),
     ]
-    assert logs[1]["last_reason"] == "in flight"
-    assert logs[1]["seconds"] == 10
+    assert logs.entries[1]["last_reason"] == "in flight"
+    assert logs.entries[1]["seconds"] == 10

@@ -15,7 +15,8 @@ from kuitti.dbmigrate import HEAD_REVISION, not_ready_reason, schema_is_current,
 from kuitti.migrate_alembic import script_head
 from kuitti.models.cards import CardPaymentRecord
 from kuitti.months import Month
-from kuitti.partitions import compared, ensure_month_partitions
+from kuitti.partitions import compared, ensure_month_partitions, partitions
+from kuitti.retention import drop_month
 from kuitti.services import Services
 from tests.plans import index_and_partitions
 
@@ -103,17 +104,22 @@ def test_documents_are_compressed_with_lz4_in_every_months_partition(services: S
     partition made before (0007 made the partitioned table anew without it: pglz, twice the
     CPU to write a document)."""
     with services.db.session() as session:
-        ensure_month_partitions(session, Month(2031, 5))
-    with services.db.engine.connect() as connection:
-        methods: dict[str, str] = dict(
-            connection.execute(
-                text(
-                    "SELECT a.attrelid::regclass::text, a.attcompression FROM pg_attribute a"
-                    " WHERE a.attname = 'document' AND (a.attrelid = 'receipts'::regclass"
-                    " OR a.attrelid IN (SELECT inhrelid FROM pg_inherits"
-                    " WHERE inhparent = 'receipts'::regclass))"
-                )
-            ).all()
-        )
+        made = ensure_month_partitions(session, Month(2031, 5))
+    try:
+        with services.db.engine.connect() as connection:
+            methods: dict[str, str] = dict(
+                connection.execute(
+                    text(
+                        "SELECT a.attrelid::regclass::text, a.attcompression FROM pg_attribute a"
+                        " WHERE a.attname = 'document' AND (a.attrelid = 'receipts'::regclass"
+                        " OR a.attrelid IN (SELECT inhrelid FROM pg_inherits"
+                        " WHERE inhparent = 'receipts'::regclass))"
+                    )
+                ).all()
+            )
+    finally:  # the other tests' database keeps the months it had
+        with services.db.session() as session:
+            [month] = [p for p in partitions(session, "receipts") if p.name in made]
+            drop_month(session, month)
     assert "receipts_p203105" in methods
     assert set(methods.values()) == {"l"}, methods

@@ -18,6 +18,7 @@ from kuitti.services import Services
 from tests.conftest import LiveServer, free_port
 from tests.delivery.test_links import link_receipt, path_of
 from tests.factories import metric
+from tests.logcapture import captured_logs
 
 CLIENT_BURSTS = 'kuitti_link_miss_bursts_total{scope="client"}'
 NAMESPACE_BURSTS = 'kuitti_link_miss_bursts_total{scope="namespace"}'
@@ -37,18 +38,8 @@ def limited(services: Services) -> Iterator[str]:
 
 @pytest.fixture
 def warnings(monkeypatch: pytest.MonkeyPatch) -> Iterator[structlog.testing.LogCapture]:
-    saved = structlog.get_config()
-    capture = structlog.testing.LogCapture()
-    structlog.configure(
-        processors=[capture],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-        cache_logger_on_first_use=False,
-    )
-    monkeypatch.setattr(routes, "log", structlog.get_logger("kuitti"))
-    try:
+    with captured_logs(monkeypatch, routes, logging.WARNING) as capture:
         yield capture
-    finally:
-        structlog.configure(**saved)
 
 
 def from_address(base_url: str, address: str) -> httpx.Client:

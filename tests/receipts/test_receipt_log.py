@@ -217,7 +217,8 @@ def test_a_receipt_pdf_carries_the_proof_it_has_and_changes_when_sealed(
         saved = pdf_attachments(pdf)[signatures.SIGNED_FILE]
         assert saved == saved_receipt(client, merchant.api_key, receipt_id)
         result = check(saved, keys)
-        assert result["valid"] and result["log"]["head"] == 1, result
+        assert result["valid"], result
+        assert result["log"]["head"] == 1, result
 
 
 @pytest.mark.postgres_only

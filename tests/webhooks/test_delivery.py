@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 
 import httpx
 import orjson
 import pytest
-import structlog
 from sqlalchemy import func, select
 from standardwebhooks import Webhook
+from structlog.testing import LogCapture
 
 from kuitti.clock import FrozenClock
 from kuitti.config import Settings
@@ -39,6 +37,7 @@ from kuitti.webhooks.payloads import (
     WebhookPayload,
 )
 from tests.factories import auth, make_partner, make_user, receipt_doc
+from tests.logcapture import captured_logs
 from tests.webhooks.receivers import Behaviour, Received, Receiver
 from tests.webhooks.support import (
     a_receipt_notification,
@@ -447,22 +446,9 @@ class TestFaults:
         assert "KUITTI_SECRET_KEY" in attempt.error
 
 
-@contextlib.contextmanager
-def info_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[structlog.testing.LogCapture]:
+def info_logs(monkeypatch: pytest.MonkeyPatch) -> contextlib.AbstractContextManager[LogCapture]:
     """Capture the worker's log lines at info level (the tests' own level may be higher)."""
-    saved = structlog.get_config()
-    capture = structlog.testing.LogCapture()
-    structlog.configure(
-        processors=[capture],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        cache_logger_on_first_use=False,
-    )
-    # The module's logger may have cached the earlier configuration: give it a fresh one.
-    monkeypatch.setattr(webhook_worker, "log", structlog.get_logger("kuitti"))
-    try:
-        yield capture
-    finally:
-        structlog.configure(**saved)
+    return captured_logs(monkeypatch, webhook_worker)
 
 
 class TestAttemptLog:
