@@ -13,8 +13,10 @@ queue (a month old enough to archive was decided long ago), and sandbox receipts
 days). The rows a receipt names but does not own (partners, namespaces, users, connections,
 cards, card purchases) stay in the database: a restore checks that they are there.
 
-Signatures: when receipts are signed, their table is one more ``Part`` (``required=False``, so
-that archives made before it still verify and restore).
+Signatures and the receipt log: a receipt's signature and the log batch that holds it
+(``log_batch_id``) are columns of its row, so they come and go with the receipt. The log's
+batches and signed heads are not archived: they are a few rows a minute, kept for as long as
+the log is published, so a restored receipt's inclusion proof is served as before.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ PARTS: tuple[Part, ...] = (
     Part(table(ReceiptGrant), "receipt_id"),
     Part(table(ReceiptDelivery), "receipt_id"),
     Part(table(CardMatch), "receipt_id"),
-)  # A receipt's signature is a column of its row: it comes and goes with the receipt.
+)
 PART_BY_NAME = {part.name: part for part in PARTS}
 RECEIPTS = PARTS[0]
 
