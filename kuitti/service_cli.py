@@ -14,13 +14,19 @@ from typing import Annotated, Any
 
 import typer
 import uvicorn
+from sqlalchemy import select
 from uvicorn.supervisors import Multiprocess
 
 from kuitti.asgi import LISTEN_ENV, PROCESSES_ENV, READY_CLAIM_ENV, RUN_WORKER_ENV
 from kuitti.cli_helpers import fail, open_services
+from kuitti.config import Settings
+from kuitti.db import Database
 from kuitti.demo import fill_demo
 from kuitti.logs import UVICORN_LOG_CONFIG
+from kuitti.models import Partner, ReceiptSigningKey, SigningKey
 from kuitti.protocols import HTTP_PROTOCOL
+from kuitti.security import SecretBox
+from kuitti.services import Services
 from kuitti.worker import run_worker_process
 from kuitti.worker_http import bind_monitoring
 
@@ -42,7 +48,7 @@ def serve(
     ] = False,
 ) -> None:
     """Run the service (and, unless --no-worker, the delivery worker in-process)."""
-    open_services(logged=True)  # validates settings, migrates an embedded database, then forks
+    opened_for_service()  # validates settings, migrates an embedded database, then forks
     os.environ[RUN_WORKER_ENV] = "0" if no_worker else "1"
     options: dict[str, Any] = {
         "factory": True,
@@ -78,6 +84,44 @@ def serve(
         Multiprocess(config, sockets=[sock]).run()  # uvicorn's supervisor starts the processes
 
 
+def opened_for_service() -> Services:
+    """``open_services`` for a process that serves: the stored keys checked as well."""
+    services = open_services(logged=True)
+    check_secret_opens_sealed_keys(services.db, services.settings)
+    return services
+
+
+SEALED_COLUMNS = (
+    ReceiptSigningKey.private_jwk_sealed,
+    SigningKey.private_jwk_sealed,
+    Partner.webhook_key_sealed,
+)
+
+
+def check_secret_opens_sealed_keys(db: Database, settings: Settings) -> None:
+    """Stop unless the server secret opens the keys the database keeps sealed with it (one of
+    each kind). A process started with another secret (a lost ``var/secret_key``, an instance
+    configured apart) would otherwise start, then fail every receipt post, token and webhook."""
+    box = SecretBox(settings.resolved_secret_key)
+    with db.session(write=False) as session:
+        sealed = [
+            session.scalar(select(column).where(column.is_not(None)).limit(1))
+            for column in SEALED_COLUMNS
+        ]
+    for value in sealed:
+        if value is None:
+            continue
+        try:
+            box.open(value)
+        except ValueError:
+            db.dispose()
+            fail(
+                "the server secret (KUITTI_SECRET_KEY, or var/secret_key) does not open the"
+                " keys stored in this database: every instance must run with the secret"
+                " they were sealed with"
+            )
+
+
 def http_address(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
@@ -102,7 +146,7 @@ def worker(
     ] = 8001,
 ) -> None:
     """Run the delivery worker alone (webhooks and e-mail)."""
-    services = open_services(logged=True)
+    services = opened_for_service()
     try:
         try:
             monitoring = bind_monitoring(host, port)
