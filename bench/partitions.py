@@ -1,23 +1,28 @@
-"""Partitions and retention on a filled database: what migrations 0007 and 0009 lock, what
-dropping a month costs (statement by statement) against deleting its receipts row by row, and
-how long a retention batch holds SQLite's one writer.
+"""Partitions and retention on a filled database: what migrations 0007, 0009 and 0012 lock,
+what dropping a month costs (statement by statement, and the checks of its detach) against
+deleting its receipts row by row, and how long a retention batch holds SQLite's one writer.
 
     .venv/bin/python bench/partitions.py postgresql://kuitti:kuitti@127.0.0.1:5432/FILLED
+    .venv/bin/python bench/partitions.py postgresql://.../FILLED --drop-only --no-batches
     .venv/bin/python bench/partitions.py sqlite:////path/to/filled.db
 
-FILLED is a database made by ``bench/fill.py`` (at revision 0006 for PostgreSQL: make it before
-0007, or keep a copy). PostgreSQL: the bench works on copies (``CREATE DATABASE ... TEMPLATE``)
-and drops them; nobody may be connected to FILLED meanwhile. It prints:
+FILLED is a database made by ``bench/fill.py``, at any revision from 0006 on (a copy kept before
+0007 measures every migration; the migrations after its revision are the ones run).
+PostgreSQL: the bench works on copies (``CREATE DATABASE ... TEMPLATE``) and drops them; nobody
+may be connected to FILLED meanwhile. It prints:
 
-- the time migrations 0007 (receipts, grants, deliveries) and 0009 (card payments) each hold
-  their exclusive locks (each its own transaction here; ``kuitti db upgrade`` runs them in one,
-  which holds the locks for the sum), without and with ``kuitti db partitions --prepare``
-  first, and the prepare step's own time (writes go on);
-- while each runs, the longest a one-row read of ``receipts`` (0007) or ``card_payments``
-  (0009) waited (a probe every 10 ms);
+- the time each of migrations 0007 (receipts, grants, deliveries), 0009 (card payments) and
+  0012 (grants by their receipt) holds its exclusive locks (each its own transaction), without
+  (not with ``--drop-only``) and with ``kuitti db partitions --prepare`` first, and the prepare
+  step's own time (writes go on);
+- while each runs, the longest a one-row read of ``receipts`` (0007), ``card_payments`` (0009)
+  or ``receipt_grants`` (0012) waited (a probe every 10 ms);
 - a month of N receipts (copied into a month's partitions with their grants, deliveries, card
-  payments and links): the time to drop it (``kuitti.retention.drop_month``), statement by
-  statement, against deleting the same number of receipts in retention batches;
+  payments and links from the legacy partition): the join PostgreSQL runs for each foreign key
+  declared on ``receipts`` when the month is detached, with the planner's join and as an index
+  nested loop (wall and the backend's CPU); the time to drop the month
+  (``kuitti.retention.drop_month``), statement by statement, and the backend's CPU; against
+  deleting the same number of receipts in retention batches (not with ``--no-batches``);
 SQLite: the time of one retention batch (``RECEIPT_BATCH`` receipts) and receipts per second.
 """
 
@@ -227,6 +232,7 @@ def referring_checks(db: Database) -> None:
         # comparison (grants then referred to the parent: its detach joined them all).
         keys.append(("receipt_grants", "receipt_id"))
         connection.execute(text("SET work_mem = '64MB'"))  # maintenance_work_mem's default
+        connection.execute(text("SET max_parallel_workers_per_gather = 0"))  # as SPI plans it
         connection.commit()
         for table, column in keys:
             rows = connection.execute(

@@ -223,6 +223,21 @@ def _timed(
     steps.append((what, time.perf_counter() - started))
 
 
+def probe_referring_rows(session: Session) -> None:
+    """For the rest of the transaction, make the checks of a detach index nested loops.
+
+    Detaching a partition of ``receipts`` checks each foreign key declared on the parent
+    (``receipt_links``, ``mail_messages``, the default and legacy partitions') by one join of
+    the referring table with the partition, planned with the session's settings; the planner's
+    hash join reads the whole referring table, which grows with every month kept. Without hash
+    and merge joins it is an index nested loop from the smaller side: each of the partition's
+    rows probes the referring column's index (every foreign key has one, tests/
+    test_foreign_key_indexes.py), or the few referring rows probe the partition's key, whatever
+    the other months hold. The check itself is PostgreSQL's, under the detach's locks."""
+    session.execute(text("SET LOCAL enable_hashjoin = off"))
+    session.execute(text("SET LOCAL enable_mergejoin = off"))
+
+
 def drop_month(session: Session, month: Partition) -> list[tuple[str, float]]:
     """Remove an ingest month's receipts by detaching and dropping its partitions; each step
     and its seconds. Rows elsewhere that refer to them go first, each through an index range on
@@ -270,14 +285,7 @@ def drop_month(session: Session, month: Partition) -> list[tuple[str, float]]:
             delete(column.table).where(column >= low, column < high),
             session,
         )
-    # A detach checks each foreign key declared on the parent (``receipt_links``,
-    # ``mail_messages``, the defaults' and the legacy partitions') by one join of the referring
-    # table with the month; the planner's hash join reads the whole referring table, which
-    # grows with every month kept. Without hash and merge joins it is an index nested loop
-    # from the smaller side: the month's rows each probe the referring column's index (or the
-    # few referring rows probe the month's key), whatever the other months hold.
-    session.execute(text("SET LOCAL enable_hashjoin = off"))
-    session.execute(text("SET LOCAL enable_mergejoin = off"))
+    probe_referring_rows(session)
     for table, key in PARTITIONED.items():
         name = partition_name(table, month.month)
         if is_partition_of(session, name, table):
@@ -302,6 +310,7 @@ def drop_legacy_if_empty(session: Session) -> bool:
         if session.execute(text(f"SELECT 1 FROM {table}_legacy LIMIT 1")).first() is not None:  # noqa: S608
             return False
     session.execute(text("SET LOCAL lock_timeout = '10s'"))
+    probe_referring_rows(session)
     for table in PARTITIONED:
         session.execute(text(f"ALTER TABLE {table} DETACH PARTITION {table}_legacy"))
         session.execute(text(f"DROP TABLE {table}_legacy"))

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from alembic import command
 from sqlalchemy import Connection, text
+from sqlalchemy.orm import Session
 
 from kuitti.db import Database
 from kuitti.dbmigrate import upgrade
@@ -129,6 +130,25 @@ def copy_a_receipt(connection: Connection, receipt_id: uuid.UUID) -> None:
     )
 
 
+def keys_to_receipts(target: Connection | Session, *tables: str) -> dict[str, str]:
+    """Each of ``tables`` and their partitions whose own foreign key refers to ``receipts`` or
+    one of its partitions → the one it refers to."""
+    found = target.execute(
+        text(
+            "SELECT conrelid::regclass::text, confrelid::regclass::text"
+            " FROM pg_constraint WHERE contype = 'f' AND conparentid = 0"
+            " AND confrelid::regclass::text LIKE 'receipts%'"
+            " AND split_part(conrelid::regclass::text, '_p2', 1) = ANY(:tables)"
+        ),
+        {
+            "tables": [
+                name for table in tables for name in (table, f"{table}_legacy", f"{table}_default")
+            ]
+        },
+    )
+    return {str(table): str(referred) for table, referred in found}
+
+
 def counted(db: Database, table: str) -> int:
     with db.engine.connect() as connection:
         return int(connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one())  # noqa: S608
@@ -149,17 +169,7 @@ def test_0007_partitions_a_database_with_data_in_place(old_database: Database) -
             table: [(p.name, p.high) for p in partitions(connection, table)]
             for table in ("receipts", "card_payments")
         }
-        keys: dict[str, str] = dict(
-            connection.execute(
-                text(
-                    "SELECT conrelid::regclass::text, confrelid::regclass::text"
-                    " FROM pg_constraint WHERE contype = 'f' AND conparentid = 0"
-                    " AND confrelid::regclass::text LIKE 'receipts%'"
-                    " AND (conrelid::regclass::text LIKE 'card_payments%'"
-                    " OR conrelid::regclass::text LIKE 'receipt_deliveries%')"
-                )
-            ).all()
-        )
+        keys = keys_to_receipts(connection, "card_payments", "receipt_deliveries")
     assert [high for _name, high in bounds["card_payments"]] == [
         high for _name, high in bounds["receipts"]
     ]
@@ -294,16 +304,7 @@ def test_0012_partitions_grants_by_their_receipt_and_moves_those_made_since_0007
             table: [p.high for p in partitions(connection, table)]
             for table in ("receipts", "receipt_grants")
         }
-        keys: dict[str, str] = dict(
-            connection.execute(
-                text(
-                    "SELECT conrelid::regclass::text, confrelid::regclass::text"
-                    " FROM pg_constraint WHERE contype = 'f' AND conparentid = 0"
-                    " AND conrelid::regclass::text LIKE 'receipt_grants%'"
-                    " AND confrelid::regclass::text LIKE 'receipts%'"
-                )
-            ).all()
-        )
+        keys = keys_to_receipts(connection, "receipt_grants")
         primary = connection.execute(
             text(
                 "SELECT pg_get_constraintdef(oid) FROM pg_constraint"

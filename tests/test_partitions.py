@@ -37,6 +37,7 @@ from kuitti.services import Services
 from tests.cards.support import AUTH_CODE, make_world
 from tests.factories import auth, make_partner, receipt_doc, token_body
 from tests.test_cli import run, run_json
+from tests.test_partition_migration import keys_to_receipts
 
 LIST = "/api/v1/receipts/"
 postgres_only = pytest.mark.postgres_only
@@ -225,16 +226,7 @@ def test_a_grant_made_months_later_is_in_its_receipts_month_and_goes_with_it(
                 {"r": receipt_id},
             ).scalars()
         )
-        keys: dict[str, str] = dict(
-            session.execute(
-                text(
-                    "SELECT conrelid::regclass::text, confrelid::regclass::text"
-                    " FROM pg_constraint WHERE contype = 'f' AND conparentid = 0"
-                    " AND conrelid::regclass::text LIKE 'receipt_grants%'"
-                    " AND confrelid::regclass::text LIKE 'receipts%'"
-                )
-            ).all()
-        )
+        keys = keys_to_receipts(session, "receipt_grants")
         [month] = [p for p in partitions(session, "receipts") if p.month == Month(2027, 1)]
     assert where == {"receipt_grants_p202701"}
     assert keys["receipt_grants_p202701"] == "receipts_p202701"
