@@ -246,7 +246,8 @@ def partition_in_place(
             {"table": table, "check": check},
         )
     )
-    # A key partitioned by another than today's (grants by id in 0007) keeps its key on the parent.
+    # A table partitioned by another key than today's (grants by id in 0007) keeps its key to
+    # the referred table on the parent.
     month_keyed = MONTH_KEYS.get(table) if PARTITIONED.get(table) == key else None
     bind.execute(text(f"ALTER TABLE {table} RENAME TO {legacy}"))
     for name, _definition, primary in indexes:

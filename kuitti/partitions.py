@@ -24,10 +24,11 @@ declared on the parent (a join over the whole referring table). So ``card_paymen
 ``receipt_grants`` and ``receipt_deliveries`` refer to ``receipts`` partition by partition, each
 month's rows to the same month's receipts (``MONTH_KEYS``; the legacy partitions to
 ``receipts_legacy`` when they share its bound, the default and any other to the parent), and
-nothing refers to
-``card_payments`` by a foreign key: ``card_matches`` and
-``card_purchases`` name a payment by its id (unique in each), and a month's drop clears them
-first (``kuitti.retention``), as the card-matching queue always did.
+nothing refers to ``card_payments`` by a foreign key: ``card_matches`` and ``card_purchases``
+name a payment by its id (unique in each), and a month's drop clears them first
+(``kuitti.retention``), as the card-matching queue always did. The unpartitioned tables that
+refer to ``receipts`` (links, claims, matches, e-mails) keep their keys on the parent; a drop
+makes their checks index nested loops (``kuitti.retention.probe_referring_rows``).
 
 The rest stays unpartitioned, each for a reason: ``receipt_links`` (its primary key is the
 RECEIPT_ID's uniqueness per namespace, exact across months) and ``idempotency_records`` (the

@@ -212,6 +212,7 @@ def month_is_expired(session: Session, month: Partition, now: datetime, settings
         kept = days.get(partner_id)
         if kept is None or datetime.fromisoformat(receipt_time) >= now - timedelta(days=kept):
             return False
+    # Grants made later for the month's receipts are in its partitions too (migration 0012).
     return True
 
 
