@@ -1,29 +1,35 @@
-"""Partitions and retention on a filled database: what migrations 0007 and 0009 lock, what
-dropping a month costs (statement by statement) against deleting its receipts row by row, and
-how long a retention batch holds SQLite's one writer.
+"""Partitions and retention on a filled database: what migrations 0007, 0009 and 0012 lock,
+what dropping a month costs (statement by statement, and the checks of its detach) against
+deleting its receipts row by row, and how long a retention batch holds SQLite's one writer.
 
     .venv/bin/python bench/partitions.py postgresql://kuitti:kuitti@127.0.0.1:5432/FILLED
+    .venv/bin/python bench/partitions.py postgresql://.../FILLED --drop-only --no-batches
     .venv/bin/python bench/partitions.py sqlite:////path/to/filled.db
 
-FILLED is a database made by ``bench/fill.py`` (at revision 0006 for PostgreSQL: make it before
-0007, or keep a copy). PostgreSQL: the bench works on copies (``CREATE DATABASE ... TEMPLATE``)
-and drops them; nobody may be connected to FILLED meanwhile. It prints:
+FILLED is a database made by ``bench/fill.py``, at any revision from 0006 on (a copy kept before
+0007 measures every migration; the migrations after its revision are the ones run).
+PostgreSQL: the bench works on copies (``CREATE DATABASE ... TEMPLATE``) and drops them; nobody
+may be connected to FILLED meanwhile. It prints:
 
-- the time migrations 0007 (receipts, grants, deliveries) and 0009 (card payments) each hold
-  their exclusive locks (each its own transaction here; ``kuitti db upgrade`` runs them in one,
-  which holds the locks for the sum), without and with ``kuitti db partitions --prepare``
-  first, and the prepare step's own time (writes go on);
-- while each runs, the longest a one-row read of ``receipts`` (0007) or ``card_payments``
-  (0009) waited (a probe every 10 ms);
+- the time each of migrations 0007 (receipts, grants, deliveries), 0009 (card payments) and
+  0012 (grants by their receipt) holds its exclusive locks (each its own transaction), without
+  (not with ``--drop-only``) and with ``kuitti db partitions --prepare`` first, and the prepare
+  step's own time (writes go on);
+- while each runs, the longest a one-row read of ``receipts`` (0007), ``card_payments`` (0009)
+  or ``receipt_grants`` (0012) waited (a probe every 10 ms);
 - a month of N receipts (copied into a month's partitions with their grants, deliveries, card
-  payments and links): the time to drop it (``kuitti.retention.drop_month``), statement by
-  statement, against deleting the same number of receipts in retention batches;
+  payments and links from the legacy partition): the join PostgreSQL runs for each foreign key
+  declared on ``receipts`` when the month is detached, with the planner's join and as an index
+  nested loop (wall and the backend's CPU); the time to drop the month
+  (``kuitti.retention.drop_month``), statement by statement, and the backend's CPU; against
+  deleting the same number of receipts in retention batches (not with ``--no-batches``);
 SQLite: the time of one retention batch (``RECEIPT_BATCH`` receipts) and receipts per second.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import statistics
 import sys
@@ -34,7 +40,7 @@ from pathlib import Path
 
 import psycopg
 from alembic import command
-from sqlalchemy import select, text
+from sqlalchemy import Connection, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -90,9 +96,32 @@ def migrate_with_probe(url: str, revision: str, probed: str) -> tuple[float, flo
     return took, max(waits)
 
 
+# Each migration after the template's revision, in turn, and the table a probe reads while it
+# runs (None: no figure, nothing heavy).
+REVISIONS = (
+    ("0007", "receipts"),
+    ("0008", None),
+    ("0009", "card_payments"),
+    ("0010", None),
+    ("0011", None),
+    ("0012", "receipt_grants"),
+)
+
+
+def revision_of(url: str) -> str:
+    with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as connection:
+        row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
 def migrations(url: str, label: str) -> None:
-    """0007, then 0008 (a new table: no figure), then 0009, each timed with its probe."""
-    for revision, probed in (("0007", "receipts"), ("0008", None), ("0009", "card_payments")):
+    """Each migration after the database's revision, those that lock a filled table timed with
+    their probe."""
+    current = revision_of(url)
+    for revision, probed in REVISIONS:
+        if revision <= current:
+            continue
         if probed is None:
             upgrade_to(url, revision)
             continue
@@ -174,12 +203,73 @@ def fill_month(db: Database, receipts: int) -> None:
         connection.commit()
 
 
+def backend_cpu(connection: Connection) -> float:
+    """CPU seconds the PostgreSQL backend serving ``connection`` has used (its process on
+    this machine, ``/proc``): the figure a loaded machine does not inflate as it does wall
+    time."""
+    pid = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def referring_checks(db: Database) -> None:
+    """The check PostgreSQL runs, when a month of ``receipts`` is detached, for each foreign
+    key declared on the parent (``RI_PartitionRemove_Check``'s join of the referring table with
+    the month's partition, under its ``work_mem``): its plan's join and time, as the planner
+    chooses and with hash and merge joins off (an index nested loop from the month's rows)."""
+    name = f"receipts_p{MONTH.year:04d}{MONTH.month:02d}"
+    with db.engine.connect() as connection:
+        found = connection.execute(
+            text(
+                "SELECT conrelid::regclass::text, a.attname FROM pg_constraint c"
+                " JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]"
+                " WHERE c.contype = 'f' AND c.confrelid = 'receipts'::regclass"
+                " AND c.conparentid = 0"
+            )
+        )
+        keys = [(str(table), str(column)) for table, column in found]
+        # And the check of the grants' key as it was declared before migration 0012, for the
+        # comparison (grants then referred to the parent: its detach joined them all).
+        keys.append(("receipt_grants", "receipt_id"))
+        connection.execute(text("SET work_mem = '64MB'"))  # maintenance_work_mem's default
+        connection.execute(text("SET max_parallel_workers_per_gather = 0"))  # as SPI plans it
+        connection.commit()
+        for table, column in keys:
+            rows = connection.execute(
+                text("SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(:t)"),
+                {"t": table},
+            ).scalar_one()
+            connection.commit()
+            query = (
+                f"SELECT fk.{column} FROM {table} fk JOIN {name} pk ON pk.id = fk.{column}"  # noqa: S608
+                f" WHERE fk.{column} IS NOT NULL"
+            )
+            figures = []
+            for forced in (False, True):
+                with connection.begin():
+                    if forced:
+                        connection.execute(text("SET LOCAL enable_hashjoin = off"))
+                        connection.execute(text("SET LOCAL enable_mergejoin = off"))
+                    cpu = backend_cpu(connection)
+                    plan = connection.execute(
+                        text(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}")
+                    ).scalar_one()
+                    cpu = backend_cpu(connection) - cpu
+                top = plan[0]["Plan"]
+                figures.append(
+                    f"{top['Node Type']} {top['Actual Total Time'] / 1000:.3f} s (CPU {cpu:.2f} s)"
+                )
+            print(f"  check of {table}.{column} (~{rows:,} rows): {'; forced: '.join(figures)}")
+
+
 def month_drop(db: Database) -> tuple[float, list[tuple[str, float]]]:
     with db.engine.connect() as connection:
         [month] = [p for p in partitions(connection, "receipts") if p.month == MONTH]
     started = time.perf_counter()
     with db.session() as session:
+        cpu = backend_cpu(session.connection())
         steps = drop_month(session, month)
+        steps.append(("the backend's CPU, all steps", backend_cpu(session.connection()) - cpu))
     return time.perf_counter() - started, steps
 
 
@@ -221,6 +311,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("url")
     parser.add_argument("--month-receipts", type=int, default=100_000)
+    parser.add_argument(
+        "--no-batches", action="store_true", help="skip deleting the month in retention batches"
+    )
+    parser.add_argument(
+        "--drop-only", action="store_true", help="one copy: prepare, migrate, drop a month"
+    )
     args = parser.parse_args()
     if args.url.startswith("sqlite"):
         walls, cpus = sqlite_batches(args.url, 20)
@@ -237,11 +333,12 @@ def main() -> None:
     def url(name: str) -> str:
         return f"{base}/{name}".replace("postgresql://", "postgresql+psycopg://", 1)
 
-    plain = copy_of(admin, template)
-    try:
-        migrations(url(plain), "without prepare")
-    finally:
-        drop(admin, plain)
+    if not args.drop_only:
+        plain = copy_of(admin, template)
+        try:
+            migrations(url(plain), "without prepare")
+        finally:
+            drop(admin, plain)
     prepared = copy_of(admin, template)
     try:
         db = Database(url(prepared), pool_size=2)
@@ -255,10 +352,21 @@ def main() -> None:
         db = Database(url(prepared), pool_size=2)
         count = args.month_receipts
         fill_month(db, count)
+        with db.engine.connect() as connection:
+            others = connection.execute(
+                text("SELECT count(*) FROM receipts WHERE id < :low"), {"low": MONTH.first_id}
+            ).scalar_one()
+        print(f"a month of {count:,} receipts beside {others:,} others; the checks of a detach:")
+        referring_checks(db)
         dropped, steps = month_drop(db)
-        print(f"drop a month of {count:,} receipts (detach + drop): {dropped:.2f} s")
+        print(
+            f"drop a month of {count:,} receipts (detach + drop): {dropped:.2f} s"
+            f" (load average {os.getloadavg()[0]:.1f})"
+        )
         for what, seconds in steps:
             print(f"  {what}: {seconds:.3f} s")
+        if args.no_batches:
+            return
         fill_month(db, count)
         times = batch_deletes(db, count)
         total = sum(times)

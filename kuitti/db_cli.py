@@ -40,20 +40,23 @@ def db_partitions(
     prepare: Annotated[
         bool,
         typer.Option(
-            help="Before migrations 0007 and 0009: add and validate the CHECK constraints that "
-            "let them attach the existing tables without reading them, while the service runs on."
+            help="Before migrations 0007, 0009 and 0012: add and validate the CHECK constraints "
+            "that let them attach the existing tables without reading them, while the service "
+            "runs on."
         ),
     ] = False,
     validate: Annotated[
         bool,
         typer.Option(
-            help="After migrations 0007 and 0009: validate the foreign keys they left NOT VALID."
+            help="After migrations 0007, 0009 and 0012: validate the foreign keys they left "
+            "NOT VALID."
         ),
     ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """PostgreSQL's monthly partitions: list them (and make, prepare or validate)."""
-    db = open_database(settings_or_exit(), pool_size=1)
+    # Two: --prepare builds an index CONCURRENTLY on a connection of its own.
+    db = open_database(settings_or_exit(), pool_size=2)
     try:
         if db.is_sqlite:
             fail("SQLite keeps plain tables: there are no partitions")

@@ -1,9 +1,10 @@
 """Turning existing tables into partitioned ones in place, on a database in service (PostgreSQL):
-what migrations ``0007`` (receipts, grants, deliveries) and ``0009`` (card payments) do, and the
-online steps around them, ``kuitti db partitions --prepare`` before and ``--validate`` after
-(docs/operations.md, "Partitions"). Nothing is copied: the table is renamed ``<table>_legacy``
-and attached as the partition of every row before a month boundary, which a validated ``CHECK``
-lets PostgreSQL take without reading the table."""
+what migrations ``0007`` (receipts, grants, deliveries), ``0009`` (card payments) and ``0012``
+(grants again, by their receipt) do, and the online steps around them, ``kuitti db partitions
+--prepare`` before and ``--validate`` after (docs/operations.md, "Partitions"). Nothing is
+copied from before partitioning: the table is renamed ``<table>_legacy`` and attached as the
+partition of every row before a month boundary, which a validated ``CHECK`` lets PostgreSQL take
+without reading the table."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from kuitti.months import Month
 from kuitti.partitions import (
     MONTH_KEYS,
     PARTITIONED,
+    ensure_month_partitions,
     is_partitioned,
     month_key,
+    partition_key,
     partitions,
     same_range,
 )
@@ -39,11 +42,16 @@ def legacy_bound(connection: Connection, table: str, now: datetime) -> uuid.UUID
     bound): the first partitioned month's first id. A table partitioned after ``receipts``
     (``card_payments``, 0009) ends where ``receipts_legacy`` does while it holds no row beyond,
     so that its legacy partition, like its months, refers to the receipts of the same range;
-    else at the month boundary after its newest row (and no earlier than the first month)."""
+    else at the month boundary after its newest row (and no earlier than the first month). A
+    table partitioned by another key (``receipt_grants`` by its own id, 0007) is re-partitioned
+    (``repartition_in_place``): its legacy partition keeps the rows of ``receipts_legacy``'s
+    receipts, and ends where that does."""
     first = first_partitioned_month(now)
     legacy = [p.high for p in partitions(connection, "receipts") if p.name == "receipts_legacy"]
     if table == "receipts" or not legacy or legacy[0] is None:
         return first.first_id
+    if is_partitioned(connection, table):
+        return legacy[0]
     key = PARTITIONED[table]
     newest = connection.execute(
         text(f"SELECT {key} FROM {table} ORDER BY {key} DESC LIMIT 1")  # noqa: S608
@@ -59,31 +67,34 @@ def legacy_check(table: str) -> str:
 
 
 def prepare_partitioning(engine: Engine, now: datetime) -> list[str]:
-    """Before migrations 0007 and 0009, while the service runs: add each table's bound as a
-    CHECK constraint ``NOT VALID`` (a moment's lock) and validate it (reads the table without
-    blocking writes), each in a transaction of its own; what was done. Tables already
-    partitioned are left as they are."""
+    """Before migrations 0007, 0009 and 0012, while the service runs: add each table's bound
+    as a CHECK constraint ``NOT VALID`` (a moment's lock) and validate it (reads the table
+    without blocking writes), each in a transaction of its own, and build the index of its
+    primary key with the partition key added; what was done. Tables partitioned by their key
+    are left as they are; one partitioned by another (``receipt_grants`` by id before 0012) has
+    these made on its legacy partition, which becomes the legacy partition of the new key."""
     done: list[str] = []
     with engine.connect() as connection:
         for table, key in reversed(PARTITIONED.items()):
-            if connection.dialect.name != "postgresql" or is_partitioned(connection, table):
+            if connection.dialect.name != "postgresql" or partition_key(connection, table) == key:
                 continue
+            target = f"{table}_legacy" if is_partitioned(connection, table) else table
             bound = legacy_bound(connection, table, now)
             connection.commit()
             check = legacy_check(table)
             with connection.begin():
                 connection.execute(text("SET LOCAL lock_timeout = '5s'"))
-                connection.execute(text(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {check}"))
+                connection.execute(text(f"ALTER TABLE {target} DROP CONSTRAINT IF EXISTS {check}"))
                 connection.execute(
                     text(
-                        f"ALTER TABLE {table} ADD CONSTRAINT {check}"
+                        f"ALTER TABLE {target} ADD CONSTRAINT {check}"
                         f" CHECK ({key} < '{bound}') NOT VALID"
                     )
                 )
             with connection.begin():
-                connection.execute(text(f"ALTER TABLE {table} VALIDATE CONSTRAINT {check}"))
+                connection.execute(text(f"ALTER TABLE {target} VALIDATE CONSTRAINT {check}"))
             done.append(f"{check}: {key} < {bound}")
-            columns = _widened_primary_key(connection, table, key)
+            columns = _widened_primary_key(connection, target, key)
             connection.commit()
             if columns is not None:
                 index = primary_key_index(table)
@@ -91,7 +102,7 @@ def prepare_partitioning(engine: Engine, now: datetime) -> list[str]:
                 with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as builder:
                     builder.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {index}"))
                     builder.execute(
-                        text(f"CREATE UNIQUE INDEX CONCURRENTLY {index} ON {table} ({columns})")
+                        text(f"CREATE UNIQUE INDEX CONCURRENTLY {index} ON {target} ({columns})")
                     )
                 done.append(f"{index}: ({columns})")
     return done
@@ -190,7 +201,7 @@ def _ensure_check(bind: Connection, table: str, key: str, bound: uuid.UUID) -> N
         ),
         {"name": check, "table": table},
     ).first()
-    if found is not None and str(bound) in found[1]:
+    if found is not None and f"({key} < '{bound}'" in found[1]:
         if not found[0]:
             bind.execute(text(f"ALTER TABLE {table} VALIDATE CONSTRAINT {check}"))
         return
@@ -235,7 +246,9 @@ def partition_in_place(
             {"table": table, "check": check},
         )
     )
-    month_keyed = MONTH_KEYS.get(table)
+    # A table partitioned by another key than today's (grants by id in 0007) keeps its key to
+    # the referred table on the parent.
+    month_keyed = MONTH_KEYS.get(table) if PARTITIONED.get(table) == key else None
     bind.execute(text(f"ALTER TABLE {table} RENAME TO {legacy}"))
     for name, _definition, primary in indexes:
         if primary:
@@ -287,6 +300,8 @@ def declare_month_keys(bind: Connection, table: str) -> list[str]:
     VALID`` (a moment's lock; ``kuitti db partitions --validate`` reads the rows later); a
     partition that has the key already keeps it. The partitions given a key."""
     column, referred = MONTH_KEYS[table]
+    if partition_key(bind, table) != PARTITIONED[table]:
+        return []  # grants in migration 0009, partitioned by id until 0012
     on_parent = bind.execute(
         text(
             "SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(:table)"
@@ -307,3 +322,53 @@ def declare_month_keys(bind: Connection, table: str) -> list[str]:
             bind.execute(text(month_key(table, partition.name, target) + " NOT VALID"))
             declared.append(partition.name)
     return declared
+
+
+def repartition_in_place(
+    bind: Connection, table: str, key: str, bound: uuid.UUID, partitioned: Collection[str]
+) -> str:
+    """Make ``table``, partitioned by another key, partitioned by range of ``key`` (0012:
+    ``receipt_grants`` from its own id to its receipt's): its legacy partition is detached and
+    becomes the legacy partition of the new parent as ``partition_in_place`` makes one (its
+    ``CHECK`` and primary key index from ``--prepare``, else made here); the rows of its other
+    partitions (those made since it was partitioned) are kept in a temporary table, whose name
+    is returned, for the caller to insert once the new months' partitions exist. The old parent
+    and its other partitions are dropped."""
+    legacy, moved = f"{table}_legacy", f"{table}_moved"
+    # The legacy partition's indexes and keys take their parent's names back: partition_in_place
+    # gives the new parent the names it finds.
+    names = bind.execute(
+        text(
+            "SELECT 'INDEX', c.relname, p.relname FROM pg_index x"
+            " JOIN pg_class c ON c.oid = x.indexrelid JOIN pg_inherits i ON i.inhrelid = c.oid"
+            " JOIN pg_class p ON p.oid = i.inhparent WHERE x.indrelid = to_regclass(:legacy)"
+            " AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = c.oid)"
+            " UNION ALL SELECT 'CONSTRAINT', c.conname, p.conname FROM pg_constraint c"
+            " JOIN pg_constraint p ON p.oid = c.conparentid"
+            " WHERE c.conrelid = to_regclass(:legacy)"
+        ),
+        {"legacy": legacy},
+    ).all()
+    bind.execute(text(f"ALTER TABLE {table} DETACH PARTITION {legacy}"))
+    bind.execute(text(f"CREATE TEMP TABLE {moved} ON COMMIT DROP AS SELECT * FROM {table}"))  # noqa: S608
+    bind.execute(text(f"DROP TABLE {table}"))
+    bind.execute(text(f"ALTER TABLE {legacy} RENAME TO {table}"))
+    for kind, name, parent in names:
+        if name == parent:
+            continue
+        if kind == "INDEX":
+            bind.execute(text(f"ALTER INDEX {name} RENAME TO {parent}"))
+        else:
+            bind.execute(text(f"ALTER TABLE {table} RENAME CONSTRAINT {name} TO {parent}"))
+    partition_in_place(bind, table, key, bound, partitioned)
+    return moved
+
+
+def ensure_months_from(bind: Connection, bound: uuid.UUID, now: datetime, ahead: int) -> None:
+    """After a table is partitioned with its legacy partition ending at ``bound``: a partition
+    for every month ``receipts`` has one for beyond the bound, and for this month and the
+    ``ahead`` after it."""
+    months = {p.month for p in partitions(bind, "receipts") if p.month and p.low and p.low >= bound}
+    months |= {Month.of(now) + count for count in range(ahead + 1)}
+    for month in sorted(months):
+        ensure_month_partitions(bind, month)

@@ -10,7 +10,9 @@ milliseconds (``kuitti.ids``), so the ids made in a month run from ``month.first
 table               key           why
 ==================  ============  ======================================================
 receipts            id            the documents: most of the bytes
-receipt_grants      id            one or more per receipt, the largest indexes
+receipt_grants      receipt_id    one or more per receipt, the largest indexes; its
+                                  receipt's month (migration 0012), primary key
+                                  ``(id, receipt_id)``
 receipt_deliveries  receipt_id    its primary key is (user_id, receipt_id)
 card_payments       receipt_id    its receipt's month; ``(receipt_id, payment_index)``
                                   stays unique, its primary key is ``(id, receipt_id)``
@@ -18,13 +20,15 @@ card_payments       receipt_id    its receipt's month; ``(receipt_id, payment_in
 
 Foreign keys. A key to a partitioned table costs its month's drop a check: detaching a
 referenced partition makes PostgreSQL look for referring rows in every table whose key was
-declared on the parent (a join over the whole referring table). So ``card_payments`` and
-``receipt_deliveries`` refer to ``receipts`` partition by partition, each month's rows to the
-same month's receipts (``MONTH_KEYS``; the legacy partitions to ``receipts_legacy`` when they
-share its bound, the default and any other to the parent), and nothing refers to
-``card_payments`` by a foreign key: ``card_matches`` and
-``card_purchases`` name a payment by its id (unique in each), and a month's drop clears them
-first (``kuitti.retention``), as the card-matching queue always did.
+declared on the parent (a join over the whole referring table). So ``card_payments``,
+``receipt_grants`` and ``receipt_deliveries`` refer to ``receipts`` partition by partition, each
+month's rows to the same month's receipts (``MONTH_KEYS``; the legacy partitions to
+``receipts_legacy`` when they share its bound, the default and any other to the parent), and
+nothing refers to ``card_payments`` by a foreign key: ``card_matches`` and ``card_purchases``
+name a payment by its id (unique in each), and a month's drop clears them first
+(``kuitti.retention``), as the card-matching queue always did. The unpartitioned tables that
+refer to ``receipts`` (links, claims, matches, e-mails) keep their keys on the parent; a drop
+makes their checks index nested loops (``kuitti.retention.probe_referring_rows``).
 
 The rest stays unpartitioned, each for a reason: ``receipt_links`` (its primary key is the
 RECEIPT_ID's uniqueness per namespace, exact across months) and ``idempotency_records`` (the
@@ -56,7 +60,7 @@ from kuitti.months import Month
 # Partitioned table → its partition key. Children first: the order in which a month is dropped.
 PARTITIONED: dict[str, str] = {
     "receipt_deliveries": "receipt_id",
-    "receipt_grants": "id",
+    "receipt_grants": "receipt_id",
     "card_payments": "receipt_id",
     "receipts": "id",
 }
@@ -64,6 +68,7 @@ PARTITIONED: dict[str, str] = {
 # partition to the referred table's partition of the same month.
 MONTH_KEYS: dict[str, tuple[str, str]] = {
     "receipt_deliveries": ("receipt_id", "receipts"),
+    "receipt_grants": ("receipt_id", "receipts"),
     "card_payments": ("receipt_id", "receipts"),
 }
 # A partition's name: the table's, then the month (``receipts_p202611``).
@@ -134,6 +139,18 @@ def is_partitioned(target: Session | Connection, table: str = "receipts") -> boo
     if connection.dialect.name != "postgresql":
         return False
     return _relkind(connection, table) == "p"
+
+
+def partition_key(target: Session | Connection, table: str) -> str | None:
+    """The column ``table`` is partitioned by range of on this database (None: a plain
+    table, or SQLite)."""
+    connection = _connection(target)
+    if not is_partitioned(connection, table):
+        return None
+    definition = connection.execute(
+        text("SELECT pg_get_partkeydef(to_regclass(:table))"), {"table": table}
+    ).scalar_one()
+    return str(definition).removeprefix("RANGE (").removesuffix(")")
 
 
 def is_partition_of(target: Session | Connection, name: str, table: str) -> bool:
@@ -208,8 +225,8 @@ def ensure_month_partitions(target: Session | Connection, month: Month) -> list[
     low, high = month.first_id, month.next.first_id
     made = []
     for table, key in reversed(PARTITIONED.items()):  # a referred table before its referrers
-        if not is_partitioned(connection, table):
-            continue  # card_payments between migrations 0007 and 0009
+        if partition_key(connection, table) != key:
+            continue  # card_payments between migrations 0007 and 0009, grants before 0012
         existing = partitions(connection, table)
         if any(
             p.high is not None and (p.low is None or p.low < high) and low < p.high

@@ -14,13 +14,14 @@ import psycopg
 import pytest
 from alembic import command
 from sqlalchemy import Connection, text
+from sqlalchemy.orm import Session
 
 from kuitti.db import Database
 from kuitti.dbmigrate import upgrade
 from kuitti.ids import new_id
 from kuitti.migrate_alembic import alembic_config
 from kuitti.partitioning import first_partitioned_month, prepare_partitioning, validate_foreign_keys
-from kuitti.partitions import partitions
+from kuitti.partitions import partition_name, partitions
 from kuitti.retention import drop_month
 from tests.conftest import PG_ADMIN_URL
 
@@ -129,6 +130,25 @@ def copy_a_receipt(connection: Connection, receipt_id: uuid.UUID) -> None:
     )
 
 
+def keys_to_receipts(target: Connection | Session, *tables: str) -> dict[str, str]:
+    """Each of ``tables`` and their partitions whose own foreign key refers to ``receipts`` or
+    one of its partitions → the one it refers to."""
+    found = target.execute(
+        text(
+            "SELECT conrelid::regclass::text, confrelid::regclass::text"
+            " FROM pg_constraint WHERE contype = 'f' AND conparentid = 0"
+            " AND confrelid::regclass::text LIKE 'receipts%'"
+            " AND split_part(conrelid::regclass::text, '_p2', 1) = ANY(:tables)"
+        ),
+        {
+            "tables": [
+                name for table in tables for name in (table, f"{table}_legacy", f"{table}_default")
+            ]
+        },
+    )
+    return {str(table): str(referred) for table, referred in found}
+
+
 def counted(db: Database, table: str) -> int:
     with db.engine.connect() as connection:
         return int(connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one())  # noqa: S608
@@ -149,17 +169,7 @@ def test_0007_partitions_a_database_with_data_in_place(old_database: Database) -
             table: [(p.name, p.high) for p in partitions(connection, table)]
             for table in ("receipts", "card_payments")
         }
-        keys: dict[str, str] = dict(
-            connection.execute(
-                text(
-                    "SELECT conrelid::regclass::text, confrelid::regclass::text"
-                    " FROM pg_constraint WHERE contype = 'f' AND conparentid = 0"
-                    " AND confrelid::regclass::text LIKE 'receipts%'"
-                    " AND (conrelid::regclass::text LIKE 'card_payments%'"
-                    " OR conrelid::regclass::text LIKE 'receipt_deliveries%')"
-                )
-            ).all()
-        )
+        keys = keys_to_receipts(connection, "card_payments", "receipt_deliveries")
     assert [high for _name, high in bounds["card_payments"]] == [
         high for _name, high in bounds["receipts"]
     ]
@@ -245,3 +255,79 @@ def test_0009_keeps_payments_posted_into_receipts_months_in_its_legacy_partition
         steps = [what for what, _seconds in drop_month(session, month)]
     assert "delete from card_payments" in steps
     assert counted(db, "card_payments") == RECEIPTS
+
+
+def test_0012_partitions_grants_by_their_receipt_and_moves_those_made_since_0007(
+    old_database: Database,
+) -> None:
+    """Grants partitioned by their own id (0007) become partitioned by their receipt: the
+    legacy partition is attached as it is (prepared online), a grant made after 0007 for a
+    legacy receipt goes to it, one of a month's receipt to that month's partition, and each
+    refers to its own range of receipts."""
+    db = old_database
+    with db.engine.connect() as connection:  # a revision per transaction (0010)
+        config = alembic_config(db.url)
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0011")
+    with db.engine.begin() as connection:
+        [month] = [p for p in partitions(connection, "receipts") if p.month is not None][:1]
+        assert month.low is not None
+        assert month.high is not None
+        receipt = uuid.UUID(int=month.low.int + 1)
+        copy_a_receipt(connection, receipt)
+        legacy_receipt = connection.execute(
+            text("SELECT id FROM receipts ORDER BY id LIMIT 1")
+        ).scalar_one()
+        for grant, receipt_id in (
+            (uuid.UUID(int=month.low.int + 2), receipt),
+            (uuid.UUID(int=month.high.int - 1), legacy_receipt),  # made since, for an old one
+        ):
+            connection.execute(
+                text(
+                    "INSERT INTO receipt_grants (id, partner_id, receipt_id, receipt_time, reason)"
+                    " SELECT :id, partner_id, :r, receipt_time, 'connection'"
+                    " FROM receipt_grants LIMIT 1"
+                ),
+                {"id": grant, "r": receipt_id},
+            )
+    prepared = prepare_partitioning(db.engine, datetime.now(UTC))
+    assert any(line.startswith("ck_receipt_grants_legacy_bound: receipt_id <") for line in prepared)
+    assert "ix_receipt_grants_partition_pk: (id, receipt_id)" in prepared
+    upgrade(db)
+    assert counted(db, "receipt_grants") == RECEIPTS + 2
+    assert counted(db, "receipt_grants_legacy") == RECEIPTS + 1
+    assert month.month is not None
+    month_grants = partition_name("receipt_grants", month.month)
+    assert counted(db, month_grants) == 1
+    with db.engine.connect() as connection:
+        bounds = {
+            table: [p.high for p in partitions(connection, table)]
+            for table in ("receipts", "receipt_grants")
+        }
+        keys = keys_to_receipts(connection, "receipt_grants")
+        primary = connection.execute(
+            text(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+                " WHERE conrelid = 'receipt_grants'::regclass AND contype = 'p'"
+            )
+        ).scalar_one()
+    assert bounds["receipt_grants"] == bounds["receipts"]
+    assert keys.pop("receipt_grants_legacy") == "receipts_legacy"
+    assert keys.pop("receipt_grants_default") == "receipts"
+    assert keys == {name: "receipts_" + name.rpartition("_")[2] for name in keys}
+    assert primary == "PRIMARY KEY (id, receipt_id)"
+    validated = validate_foreign_keys(db.engine)
+    assert "receipt_grants_legacy.fk_receipt_grants_legacy_receipt_id validated" in validated
+    with db.session() as session:
+        steps = [what for what, _seconds in drop_month(session, month)]
+    assert f"detach {month_grants}" in steps
+    assert counted(db, "receipt_grants") == RECEIPTS + 1
+
+
+def test_0012_downgrade_is_refused_on_postgresql(old_database: Database) -> None:
+    upgrade(old_database)
+    with old_database.engine.connect() as connection:
+        config = alembic_config(old_database.url)
+        config.attributes["connection"] = connection
+        with pytest.raises(RuntimeError, match="0012 is one-way"):
+            command.downgrade(config, "0011")

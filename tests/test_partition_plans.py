@@ -1,7 +1,8 @@
 """The query plans of what reads partitioned tables (``kuitti.partitions``) and of retention
-(``kuitti.retention``): a receipt read by id, a month's card payments and an update of one visit
-one month's partition; a retention batch, a month's clean-up and card-linking's look-ups of
-payments are index ranges. The list's plans are in tests/receipts/test_list_plans.py."""
+(``kuitti.retention``): a receipt read by id, a partner's grants of one receipt, a month's card
+payments and an update of one visit one month's partition; a retention batch, a month's clean-up
+and card-linking's look-ups of payments are index ranges. The list's plans are in
+tests/receipts/test_list_plans.py."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from kuitti.models import (
     MailMessage,
     Receipt,
     ReceiptClaim,
+    ReceiptGrant,
     ReceiptLink,
 )
 from kuitti.months import Month
@@ -44,6 +46,24 @@ def test_reading_a_receipt_by_id_visits_its_months_partition_only(services: Serv
     receipt_id = uuid.UUID(int=MONTH.first_id.int + 12345)
     plan = explain_in_session(services.db, select(Receipt).where(Receipt.id == receipt_id))
     assert [table for _index, table in scanned(plan)] == ["receipts_p202701"], plan
+
+
+@pytest.mark.postgres_only
+def test_a_partners_grants_of_a_receipt_are_read_from_its_months_partition_only(
+    services: Services,
+) -> None:
+    """Grants are partitioned by their receipt (migration 0012): the check whether a partner
+    may read a receipt is one range of the receipt index, in the receipt's month alone."""
+    with services.db.session() as session:
+        ensure_month_partitions(session, MONTH)
+    receipt_id = uuid.UUID(int=MONTH.first_id.int + 12345)
+    query = select(ReceiptGrant).where(
+        ReceiptGrant.partner_id == uuid.uuid4(), ReceiptGrant.receipt_id == receipt_id
+    )
+    plan = explain_in_session(services.db, query)
+    indexes = index_and_partitions(services.db, "ix_receipt_grants_receipt")
+    [(index, table)] = scanned(plan)
+    assert (index in indexes, table) == (True, "receipt_grants_p202701"), plan
 
 
 def test_a_retention_batch_is_a_range_of_the_grants_listing_index(services: Services) -> None:

@@ -37,6 +37,7 @@ from kuitti.services import Services
 from tests.cards.support import AUTH_CODE, make_world
 from tests.factories import auth, make_partner, receipt_doc, token_body
 from tests.test_cli import run, run_json
+from tests.test_partition_migration import keys_to_receipts
 
 LIST = "/api/v1/receipts/"
 postgres_only = pytest.mark.postgres_only
@@ -188,6 +189,56 @@ def test_a_months_card_payments_go_with_its_receipts_and_free_their_purchases(
     assert count(services, CardPaymentRecord) == 0
     with services.db.session(write=False) as session:
         assert list(session.scalars(select(CardPurchase.payment_id))) == [None]
+
+
+@postgres_only
+def test_a_grant_made_months_later_is_in_its_receipts_month_and_goes_with_it(
+    client: httpx.Client, services: Services, id_clock: Any
+) -> None:
+    """Grants are partitioned by their receipt (migration 0012): one made in February for a
+    January receipt is in January's partition, whose key refers to January's receipts (none on
+    the parent: a detach of receipts checks no grants), and a drop of January takes it whole."""
+    merchant = make_partner(services)
+    app = make_partner(services, name="Sovellus Oy")
+    with services.db.session() as session:
+        ensure_month_partitions(session, Month(2027, 1))
+        ensure_month_partitions(session, Month(2027, 2))
+    id_clock(datetime(2027, 1, 10, tzinfo=UTC))
+    receipt_id = uuid.UUID(posted(client, merchant, datetime(2027, 1, 10, tzinfo=UTC)))
+    id_clock(datetime(2027, 2, 10, tzinfo=UTC))
+    with services.db.session() as session:
+        receipt = session.get(Receipt, receipt_id)
+        assert receipt is not None
+        later = ReceiptGrant(
+            partner_id=app.partner.id,
+            receipt_id=receipt_id,
+            receipt_time=receipt.receipt_time,
+            reason="connection",
+        )
+        session.add(later)
+        session.flush()
+        later_id = later.id
+    assert Month.of_id(later_id) == Month(2027, 2)
+    with services.db.session(write=False) as session:
+        where = set(
+            session.execute(
+                text("SELECT tableoid::regclass::text FROM receipt_grants WHERE receipt_id = :r"),
+                {"r": receipt_id},
+            ).scalars()
+        )
+        keys = keys_to_receipts(session, "receipt_grants")
+        [month] = [p for p in partitions(session, "receipts") if p.month == Month(2027, 1)]
+    assert where == {"receipt_grants_p202701"}
+    assert keys["receipt_grants_p202701"] == "receipts_p202701"
+    assert "receipt_grants" not in keys
+
+    with services.db.session() as session:
+        steps = [what for what, _seconds in drop_month(session, month)]
+
+    assert "detach receipt_grants_p202701" in steps
+    assert not [step for step in steps if "receipt_grants" in step and "p202701" not in step]
+    assert count(services, ReceiptGrant) == 0
+    assert count(services, Receipt) == 0
 
 
 @postgres_only

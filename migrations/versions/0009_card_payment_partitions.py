@@ -32,9 +32,13 @@ from datetime import UTC, datetime
 
 from alembic import op
 
-from kuitti.months import Month
-from kuitti.partitioning import declare_month_keys, legacy_bound, partition_in_place
-from kuitti.partitions import MONTH_KEYS, PARTITIONED, ensure_month_partitions, partitions
+from kuitti.partitioning import (
+    declare_month_keys,
+    ensure_months_from,
+    legacy_bound,
+    partition_in_place,
+)
+from kuitti.partitions import MONTH_KEYS, PARTITIONED
 
 revision: str = "0009"
 down_revision: str | None = "0008"
@@ -59,11 +63,7 @@ def upgrade() -> None:
     now = datetime.now(UTC)  # ids carry the system clock's time (kuitti.ids)
     bound = legacy_bound(bind, "card_payments", now)
     partition_in_place(bind, "card_payments", "receipt_id", bound, PARTITIONED)
-    # A partition for every month receipts have one for beyond the bound, and those ahead.
-    months = {p.month for p in partitions(bind, "receipts") if p.month and p.low and p.low >= bound}
-    months |= {Month.of(now) + count for count in range(MONTHS_AHEAD + 1)}
-    for month in sorted(months):
-        ensure_month_partitions(bind, month)
+    ensure_months_from(bind, bound, now, MONTHS_AHEAD)
     for table in MONTH_KEYS:
         declare_month_keys(bind, table)
 
