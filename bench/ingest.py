@@ -22,8 +22,9 @@ are over every request of a server's slices (from each slice's latency distribut
 
 CPU per receipt is the user+system CPU of the whole server process tree, read from /proc before
 and after each measured slice, divided by the receipts the database gained (for the references,
-by the requests answered). PostgreSQL's own CPU (every ``postgres`` process on the machine, the
-same cores' work) is printed beside it, per stored receipt, and is not part of it.
+by the requests answered). PostgreSQL's own CPU (the backends of the run's databases and the
+server's shared processes, the same cores' work; not other sessions' databases on the same
+server) is printed beside it, per stored receipt, and is not part of it.
 
 Each server is measured once every one of its processes has finished starting (its process
 tree's CPU stands still), then warmed up for 3 s. ``wrk`` keeps its connections for a whole
@@ -37,6 +38,7 @@ sometimes hundreds of milliseconds).
     .venv/bin/python bench/ingest.py --workers 1,2,4 --rounds 1
     .venv/bin/python bench/ingest.py --database sqlite --clients 50 --seconds 10
     .venv/bin/python bench/ingest.py --what-if    # and with parts made free (bench/what_if.py)
+    .venv/bin/python bench/ingest.py --beside ../kuitti-before   # another tree in the same run
 
 PostgreSQL runs use a fresh database made from KUITTI_TEST_POSTGRES_URL (default
 postgresql://kuitti:kuitti@127.0.0.1:5432/postgres) and drop it afterwards.
@@ -60,7 +62,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,7 +104,7 @@ class Result:
     disk: str
     """The disk's slowest sync during the slices (``DiskSyncProbe``)."""
     postgres_cpu_ms_per_op: float
-    """PostgreSQL's own CPU (every server process on the machine) per operation."""
+    """PostgreSQL's own CPU (the run's databases' and the shared processes') per operation."""
 
     def line(self) -> str:
         postgres = self.postgres_cpu_ms_per_op
@@ -200,18 +202,59 @@ def tree_cpu_seconds(pid: int) -> float:
     return ticks / CLOCK_TICKS
 
 
-def postgres_cpu_seconds() -> float:
-    """User + system CPU of every PostgreSQL server process on this machine so far."""
+SHARED_POSTGRES = (
+    "checkpointer",
+    "background writer",
+    "walwriter",
+    "autovacuum launcher",
+    "logical replication launcher",
+    "archiver",
+    "stats collector",
+)
+"""The titles of PostgreSQL's processes that serve no one database."""
+
+
+OUR_DATABASES: set[str] = set()
+"""The PostgreSQL databases this run made (``database``): the PostgreSQL CPU a bench reports is
+their backends' and the server's shared processes' (``postgres_cpu_seconds``)."""
+
+
+def postgres_cpu_seconds(databases: Collection[str] | None = None) -> float:
+    """User + system CPU so far of PostgreSQL's server processes on this machine: all of them,
+    or with ``databases`` only the backends and autovacuum workers of those databases and the
+    processes the server shares (``SHARED_POSTGRES``: its WAL writer, checkpointer…). Other
+    sessions' databases on the same server (a suite, a large fill) then do not count; a
+    process that ended between two readings no longer counts at all, which made the figure of
+    every process negative when another session's busy backend ended meanwhile."""
     ticks = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             name, _, rest = stat.read_text().partition(" (")[2].rpartition(")")
+            if name == "postgres" and databases is not None:
+                title = (stat.parent / "cmdline").read_bytes().decode(errors="replace")
+                if not _serves(title.replace("\0", " ").strip(), databases):
+                    continue
         except OSError:
             continue
         if name == "postgres":
             fields = rest.split()
             ticks += int(fields[11]) + int(fields[12])  # utime, stime
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _serves(title: str, databases: Collection[str]) -> bool:
+    """Whether the process titled ``title`` (``postgres: 15/main: USER DATABASE HOST …``,
+    ``… autovacuum worker DATABASE``, ``… walwriter``, or the postmaster's command line) serves
+    one of ``databases`` or all."""
+    if not title.startswith("postgres: "):
+        return True  # the postmaster
+    what = title.split(": ", 2)[-1]
+    if what.startswith(SHARED_POSTGRES):
+        return True
+    words = what.removeprefix("autovacuum worker ").split()
+    if what.startswith("autovacuum worker "):
+        return bool(words) and words[0] in databases
+    return len(words) > 1 and words[1] in databases
 
 
 def connection_split(pid: int, port: int) -> list[int]:
@@ -497,14 +540,15 @@ class Server:
         disk = DiskSyncProbe(self.workdir)
         disk.start()
         before_count = self.stored() if self.stored else 0
-        before_cpu, postgres_before = tree_cpu_seconds(self.pid), postgres_cpu_seconds()
+        before_cpu = tree_cpu_seconds(self.pid)
+        postgres_before = postgres_cpu_seconds(OUR_DATABASES)
         split: list[int] = []
         probe = threading.Timer(1.0, lambda: split.extend(connection_split(self.pid, self.port)))
         probe.start()
         run = run_wrk(self.url, self.script, args.clients, args.seconds)
         probe.join()
         cpu = tree_cpu_seconds(self.pid) - before_cpu
-        postgres = postgres_cpu_seconds() - postgres_before
+        postgres = postgres_cpu_seconds(OUR_DATABASES) - postgres_before
         operations = self.stored() - before_count if self.stored else run.requests - run.non_2xx
         for thread in (sampler, disk):
             thread.stopped.set()
@@ -559,7 +603,7 @@ def wait_quiet(servers: list[Server]) -> None:
     otherwise slow the next server's slice and flatter the one before."""
 
     def cpu_seconds() -> float:
-        return sum(tree_cpu_seconds(s.pid) for s in servers) + postgres_cpu_seconds()
+        return sum(tree_cpu_seconds(s.pid) for s in servers) + postgres_cpu_seconds(OUR_DATABASES)
 
     if not stands_still(cpu_seconds, within=30):
         print("  (the servers were still busy 30 s after a slice; measuring anyway)", flush=True)
@@ -573,9 +617,11 @@ def database(kind: str) -> Iterator[str | None]:
     name = f"kuitti_bench_{secrets.token_hex(4)}"
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
+    OUR_DATABASES.add(name)
     try:
         yield f"{PG_ADMIN_URL.rpartition('/')[0]}/{name}"
     finally:
+        OUR_DATABASES.discard(name)
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -594,15 +640,18 @@ def receipt_counter(url: str | None, workdir: Path) -> Callable[[], int]:
 
 
 @contextmanager
-def kuitti_instance(kind: str) -> Iterator[tuple[Path, dict[str, str], str, str | None]]:
-    """A fresh database with one merchant partner: (workdir, env, api key, database URL)."""
+def kuitti_instance(
+    kind: str, tree: Path = ROOT
+) -> Iterator[tuple[Path, dict[str, str], str, str | None]]:
+    """A fresh database with one merchant partner, made by the kuitti of ``tree``: (workdir,
+    env, api key, database URL)."""
     with tempfile.TemporaryDirectory() as tmp, database(kind) as url:
         workdir = Path(tmp)
         env = {
             **os.environ,
-            # This tree's kuitti, wherever the bench is started from (a worktree of an older
-            # commit measured beside this one, say).
-            "PYTHONPATH": str(ROOT),
+            # This tree's kuitti (or ``tree``'s: ``--beside``), wherever the bench is started
+            # from.
+            "PYTHONPATH": str(tree),
             "KUITTI_VAR_DIR": str(workdir / "var"),
             "KUITTI_LOG_LEVEL": "INFO",
             RUN_WORKER_ENV: "0",
@@ -621,15 +670,19 @@ def kuitti_instance(kind: str) -> Iterator[tuple[Path, dict[str, str], str, str 
 
 
 def kuitti_command(
-    port: int, workers: int, serve_args: str, app: str = "kuitti.asgi:app_from_environment"
+    port: int,
+    workers: int,
+    serve_args: str,
+    app: str = "kuitti.asgi:app_from_environment",
+    tree: Path = ROOT,
 ) -> list[str]:
     """What ``kuitti serve --workers N --no-worker`` runs, with a longer worker health check:
     on a busy machine a worker's imports can outlast uvicorn's 5 s default and the supervisor
     then kills and respawns it for ever. ``app`` is the app factory (``bench/what_if.py``).
-    The app is imported from this tree: uvicorn's default ``--app-dir`` is the working
-    directory, so a bench run from another checkout measured that checkout's code."""
+    The app is imported from this tree (or ``tree``): uvicorn's default ``--app-dir`` is the
+    working directory, so a bench run from another checkout measured that checkout's code."""
     return [
-        str(BIN / "uvicorn"), app, "--factory", "--app-dir", str(ROOT),
+        str(BIN / "uvicorn"), app, "--factory", "--app-dir", str(tree),
         "--port", str(port), "--workers", str(workers), *UVICORN_ARGS,
         # As ``kuitti serve`` (``service_cli.serve``): kuitti writes its own access line.
         "--no-access-log", "--proxy-headers", "--no-server-header", *serve_args.split(),
@@ -654,18 +707,23 @@ def kuitti_server(
     workers: int,
     args: argparse.Namespace,
     what_if: str | None = None,
+    tree: Path = ROOT,
 ) -> Iterator[Server]:
-    with kuitti_instance(kind) as (workdir, env, api_key, url):
+    """kuitti on ``kind``, from this tree or from ``tree`` (``--beside``), with a part made free
+    if ``what_if`` names one."""
+    with kuitti_instance(kind, tree) as (workdir, env, api_key, url):
         script = workdir / "post.lua"
         wrk_script(bodies, api_key, script)
         port = free_port()
         app, label = "kuitti.asgi:app_from_environment", f"kuitti {kind}"
+        if tree != ROOT:
+            label = f"{label} {tree.name}"
         if what_if is not None:
             app, label = f"bench.what_if:{what_if}", f"{label}, {WHAT_IF[what_if]}"
         stores = what_if not in ("without_writer", "without_either", "without_post")
         with serving(
             f"{label} ({workers} proc)",
-            kuitti_command(port, workers, args.serve_args, app),
+            kuitti_command(port, workers, args.serve_args, app, tree),
             env,
             port,
             script,
@@ -725,15 +783,26 @@ def main() -> None:
     )
     parser.add_argument(
         "--what-if",
-        action="store_true",
+        nargs="?",
+        const=",".join(WHAT_IF),
+        metavar="NAMES",
         help="also kuitti without the writer, without Pydantic's models, without either, "
         "answering before the commit, without signing, and with nothing but the framework "
-        "(bench/what_if.py): what each part costs a served post",
+        "(bench/what_if.py): what each part costs a served post; or only those named "
+        f"(comma-separated: {', '.join(WHAT_IF)})",
     )
     parser.add_argument(
         "--signing",
         action="store_true",
         help="also kuitti without signing (bench/what_if.py): what signing costs a served post",
+    )
+    parser.add_argument(
+        "--beside",
+        type=Path,
+        action="append",
+        default=[],
+        help="also kuitti from this other tree (a checkout of an earlier commit, say: "
+        "git worktree add --detach DIR COMMIT), in turns with this tree's in the same run",
     )
     args = parser.parse_args()
     if not shutil.which("wrk"):
@@ -769,10 +838,18 @@ def main() -> None:
                     )
                 )
             for kind in kinds:
-                extra = WHAT_IF if args.what_if else ("without_signing",) if args.signing else ()
+                extra = args.what_if.split(",") if args.what_if else []
+                if args.signing and "without_signing" not in extra:
+                    extra.append("without_signing")
                 for what_if in [None, *extra]:
                     others.append(
                         stack.enter_context(kuitti_server(kind, bodies, workers, args, what_if))
+                    )
+                for tree in args.beside:
+                    others.append(
+                        stack.enter_context(
+                            kuitti_server(kind, bodies, workers, args, tree=tree.resolve())
+                        )
                     )
             servers = [ceiling, *others]
             # Every round starts with the ceiling and the last ends with it: the machine's speed

@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ingest import (  # noqa: E402  (bench/ is the script's own directory)
+    OUR_DATABASES,
     free_port,
     kuitti_command,
     kuitti_instance,
@@ -137,14 +138,14 @@ def run_at_rate(
     args: argparse.Namespace,
 ) -> RateRun:  # fmt: skip
     asyncio.run(fixed_rate(base, paths, headers, args.rate, 2, args.connections))  # warm-up
-    before, postgres_before = tree_cpu_seconds(pid), postgres_cpu_seconds()
+    before, postgres_before = tree_cpu_seconds(pid), postgres_cpu_seconds(OUR_DATABASES)
     client_before = time.process_time()
     with collector_paused():
         latencies, errors, wall = asyncio.run(
             fixed_rate(base, paths, headers, args.rate, args.seconds, args.connections)
         )
     cpu = tree_cpu_seconds(pid) - before
-    postgres = postgres_cpu_seconds() - postgres_before
+    postgres = postgres_cpu_seconds(OUR_DATABASES) - postgres_before
     client = time.process_time() - client_before
     return RateRun(
         name,

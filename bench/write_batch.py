@@ -6,8 +6,8 @@ It validates the receipts of ``bench/ingest.py`` (60 rows, a CARD payment) and b
 once, as the event loop does (``posting.service.prepare_posting``), then stores them in batches
 of ``--batch`` as the writer thread does, and prints the writer's CPU per receipt (this
 thread's own CPU: the Python side and, on SQLite, the database engine, which runs in-process;
-on PostgreSQL the server's own CPU, every ``postgres`` process on the machine, is printed beside
-it) and, with ``--profile``, cProfile's top functions.
+on PostgreSQL the server's own CPU, its backends of the bench's database and its shared
+processes, is printed beside it) and, with ``--profile``, cProfile's top functions.
 
     .venv/bin/python bench/write_batch.py [--database sqlite|postgresql] [--batch 25] [--profile]
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ingest import postgres_cpu_seconds, realistic_receipt  # noqa: E402  (bench/ingest.py)
+from ingest import OUR_DATABASES, postgres_cpu_seconds, realistic_receipt  # noqa: E402  (bench/ingest.py)
 from ingest_inprocess import setup  # noqa: E402  (bench/ingest_inprocess.py)
 
 from kuitti.cli_helpers import open_services  # noqa: E402
@@ -71,7 +71,11 @@ def main() -> None:
             write_batch(services.db, services.settings, batch)
         profiler = cProfile.Profile() if args.profile else None
         stored = sum(len(b) for b in measured)
-        started, cpu, server = time.perf_counter(), time.thread_time(), postgres_cpu_seconds()
+        started, cpu, server = (
+            time.perf_counter(),
+            time.thread_time(),
+            postgres_cpu_seconds(OUR_DATABASES),
+        )
         if profiler:
             profiler.enable()
         for batch in measured:
@@ -80,7 +84,7 @@ def main() -> None:
         if profiler:
             profiler.disable()
         per_receipt = 1000 * (time.thread_time() - cpu) / stored
-        server_per_receipt = 1000 * (postgres_cpu_seconds() - server) / stored
+        server_per_receipt = 1000 * (postgres_cpu_seconds(OUR_DATABASES) - server) / stored
         wall = 1000 * (time.perf_counter() - started) / stored
     print(
         f"{args.database}: {stored} receipts in batches of {args.batch}: writer CPU "

@@ -68,6 +68,10 @@ from kuitti.errors import DatabaseUnavailable, ServiceBusy
 
 P = ParamSpec("P")
 T = TypeVar("T")
+Read = tuple[Select[*tuple[Any, ...]], Mapping[str, Any]]
+"""A prebuilt ``SELECT`` and its parameters (``Database.session_rows_together``)."""
+_DEFERRED = "kuitti.deferred_statements"
+"""``session.info``'s statements that ``Database.run_in`` left to send with the next ones."""
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -458,6 +462,10 @@ class Database:
         info = {_DATABASE: self}  # for database_of(session)
         self._read_sessions = sessionmaker(self.engine, expire_on_commit=False, info=info)
         self._write_sessions = sessionmaker(write_engine, expire_on_commit=False, info=info)
+        if not self.is_sqlite:
+            for sessions in (self._read_sessions, self._write_sessions):
+                event.listen(sessions, "before_commit", self._send_deferred)
+                event.listen(sessions, "after_rollback", _drop_deferred)
         self._sqlite_write_lock = threading.Lock()
         self._direct: dict[int, tuple[Select[*tuple[Any, ...]], DirectQuery]] = {}
         self._row_statements: dict[tuple[Any, ...], RowsStatement] = {}
@@ -553,10 +561,51 @@ class Database:
         rows = self._on_driver(session, query.sql, query.parameters(params), fetch=True)
         return [query.converted(row) for row in rows]
 
+    def session_rows_together(
+        self, session: Session, reads: Sequence[Read]
+    ) -> list[list[tuple[Any, ...]]]:
+        """``session_rows`` of each of ``reads``, in order; on PostgreSQL all of them in one
+        pipeline, one round trip (with the transaction's ``BEGIN`` if it begins here). For the
+        ingest writer's checks of a batch: each round trip is a wait for PostgreSQL's process,
+        and on a busy machine for its turn on a core."""
+        if self.is_sqlite:
+            return [self.session_rows(session, statement, params) for statement, params in reads]
+        queries = [self._direct_query(statement) for statement, _ in reads]
+        driver = _driver_of(session)
+        cursors = []
+        sql, values = "", ()
+        try:
+            with driver.pipeline():
+                for query, (_, params) in zip(queries, reads, strict=True):
+                    sql, values = query.sql, query.parameters(params)
+                    cursors.append(driver.cursor())
+                    cursors[-1].execute(sql, values)
+            return [
+                [query.converted(row) for row in cursor.fetchall()]
+                for query, cursor in zip(queries, cursors, strict=True)
+            ]
+        except self.engine.dialect.loaded_dbapi.Error as error:
+            raise self._database_error(error, sql, values) from error
+        finally:
+            for cursor in cursors:
+                cursor.close()
+
     def run_in(self, session: Session, sql: str) -> None:
         """A statement with no parameters and no rows (``NOTIFY``) in ``session``'s
-        transaction, straight on the driver like ``session_rows``."""
-        self._on_driver(session, sql, (), fetch=False)
+        transaction, straight on the driver like ``session_rows``. On PostgreSQL it is sent
+        with the transaction's next ``insert_rows`` or ``update_rows``, in their round trip, or
+        else just before the commit: a ``NOTIFY`` takes effect at the commit wherever it was
+        sent in the transaction, and the ingest writer's batch then waits for one round trip
+        less."""
+        if self.is_sqlite:
+            self._on_driver(session, sql, (), fetch=False)
+        else:
+            session.info.setdefault(_DEFERRED, []).append(sql)
+
+    def _send_deferred(self, session: Session) -> None:
+        """What ``run_in`` left to send, now (before the commit)."""
+        for sql in session.info.pop(_DEFERRED, ()):
+            self._on_driver(session, sql, (), fetch=False)
 
     def _on_driver(
         self, session: Session, sql: str, values: Any, *, fetch: bool
@@ -662,6 +711,9 @@ class Database:
                         cursor.execute(sql, values)
                     else:
                         cursor.executemany(sql, values)
+                for sql in session.info.pop(_DEFERRED, ()):  # run_in's, in this round trip
+                    values = ()
+                    cursor.execute(sql)
                 cursor.close()
         except self.engine.dialect.loaded_dbapi.Error as error:
             raise self._database_error(error, sql, values) from error
@@ -727,6 +779,11 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _drop_deferred(session: Session) -> None:
+    """``run_in``'s statements of a transaction rolled back: never sent."""
+    session.info.pop(_DEFERRED, None)
 
 
 def _driver_of(session: Session) -> Any:

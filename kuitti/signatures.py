@@ -43,7 +43,7 @@ from sqlalchemy.orm import Session
 from kuitti import locks, receipt_log
 from kuitti.clock import iso_utc
 from kuitti.config import Settings
-from kuitti.db import Database, database_of
+from kuitti.db import Database, Read
 from kuitti.models import Receipt, ReceiptSigningKey
 from kuitti.security import ES256, SecretBox, new_es256_key, open_key
 
@@ -150,7 +150,7 @@ def _newest(session: Session) -> ReceiptSigningKey | None:
 class Signer:
     """A process's signing key for the ingest writer's postings, used on the event loop: loaded
     from the database (a blocking call, ``load``) on first use and again after ``forget``. The
-    writer checks in its transaction that the key still signs (``signing_kid``); a posting
+    writer checks in its transaction that the key still signs (``SIGNING_KID_READ``); a posting
     signed with a key rotated meanwhile is prepared again with the new one."""
 
     def __init__(self, db: Database, settings: Settings) -> None:
@@ -178,11 +178,15 @@ _SIGNING_KID = (
 )
 
 
-def signing_kid(session: Session) -> str | None:
-    """The kid of the key that signs now (None before the first). The ingest writer asks once
-    a batch: a prebuilt statement on the driver, in ``session``'s transaction, as the batch's
-    key holders are checked (``session.execute`` costs about 0.3 ms of CPU more a batch)."""
-    rows = database_of(session).session_rows(session, _SIGNING_KID, {})
+SIGNING_KID_READ: Read = (_SIGNING_KID, {})
+"""Which key signs now. The ingest writer reads it once a batch, in its transaction, as a
+prebuilt statement on the driver (``session.execute`` costs about 0.3 ms of CPU more) sent
+together with the batch's key holders' reads (``Database.session_rows_together``)."""
+
+
+def kid_read(rows: list[tuple[Any, ...]]) -> str | None:
+    """The kid of the key that signs now (None before the first), from the rows of
+    ``SIGNING_KID_READ``."""
     return str(rows[0][0]) if rows else None
 
 

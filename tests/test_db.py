@@ -27,6 +27,7 @@ from kuitti.db import (
     UNNEST_FROM_ROWS,
     ZSTD_FRAME,
     Database,
+    Read,
     UTCDateTime,
     table,
     uuid_text,
@@ -275,6 +276,67 @@ def _stored(services: Services) -> list[tuple[Any, ...]]:
     columns = [c for c in table(Receipt).c if c.name != "id"]
     with services.db.session(write=False) as session:
         return [tuple(row) for row in session.execute(select(*columns).order_by(Receipt.id))]
+
+
+@pytest.mark.postgres_only
+def test_run_in_goes_with_the_next_rows_and_is_sent_once(services: Services) -> None:
+    """A ``NOTIFY`` run before ``insert_rows`` goes in their round trip: delivered once when
+    the session commits, never when the transaction that wrote the rows rolls back."""
+    partner = make_partner(services).partner
+    now = services.clock.now()
+    url = make_url(services.db.url).set(drivername="postgresql")
+    with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as listener:
+        listener.execute("LISTEN kuitti_test_channel")
+
+        def write(session: Session, payload: str, number: str) -> None:
+            services.db.run_in(session, f"NOTIFY kuitti_test_channel, '{payload}'")
+            services.db.insert_rows(session, {Receipt: receipt_rows(partner.id, now, number)})
+
+        _rolled_back(services.db, lambda session: write(session, "rolled back", "R-1"))
+        with services.db.session() as session:
+            write(session, "committed", "R-2")
+            services.db.insert_rows(session, {Receipt: receipt_rows(partner.id, now, "R-3")})
+        listener.execute("SELECT 1")
+        payloads = [n.payload for n in listener.notifies(timeout=1, stop_after=2)]
+    assert payloads == ["committed"]
+    with services.db.session(write=False) as session:
+        assert sorted(session.scalars(select(Receipt.receipt_number))) == ["R-2", "R-3"]
+
+
+def test_session_rows_together_reads_what_each_read_alone_reads(services: Services) -> None:
+    """Reads sent together answer in their order what each answers alone, inside the
+    session's transaction (its own uncommitted write seen); a failed one is SQLAlchemy's error
+    without the values."""
+    partners = [make_partner(services, name=f"Yhdessä {n} Oy").partner for n in range(3)]
+    by_id = select(Partner.id, Partner.name, Partner.roles, Partner.disabled_at).where(
+        Partner.id == bindparam("id")
+    )
+    counted = select(func.count()).select_from(Partner)
+    reads: list[Read] = [(by_id, {"id": p.id}) for p in reversed(partners)] + [(counted, {})]
+
+    def read(session: Session) -> None:
+        row = session.get(Partner, partners[0].id)
+        assert row is not None
+        row.name = "Uusi Oy"
+        session.flush()
+        together = services.db.session_rows_together(session, reads)
+        alone = [services.db.session_rows(session, *read) for read in reads]
+        assert together == alone
+        assert [rows[0][1] for rows in together[:3]] == [
+            partners[2].name,
+            partners[1].name,
+            "Uusi Oy",
+        ]
+        assert together[3][0][0] >= 3
+
+    _rolled_back(services.db, read)
+    failing: list[Read] = [
+        (by_id, {"id": partners[0].id}),
+        (select(func.no_such(bindparam("s"))), {"s": "x"}),
+    ]
+    with pytest.raises(DBAPIError) as failed, services.db.session() as session:
+        services.db.session_rows_together(session, failing)
+    assert "parameters hidden" in str(failed.value)
 
 
 def test_insert_rows_stores_what_a_session_insert_stores(services: Services) -> None:

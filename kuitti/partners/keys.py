@@ -23,12 +23,12 @@ import enum
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, and_, bindparam, select
 from sqlalchemy.orm import Session
 
-from kuitti.db import Database, database_of
+from kuitti.db import Database, Read, database_of
 from kuitti.errors import Forbidden, Unauthorized, UnsupportedMediaType
 from kuitti.models import IdPolicy, Namespace, Partner, PartnerRole
 from kuitti.security import hash_secret
@@ -178,10 +178,25 @@ def current_key_holders(session: Session, digests: set[str]) -> dict[str, KeyHol
     """The key holders of these digests as the database has them now (enabled partners only),
     one prebuilt statement per digest (a batch's posts nearly always share one key), run on the
     driver in ``session``'s transaction."""
+    ordered = list(digests)
     db = database_of(session)
+    return key_holders_read(
+        ordered, [db.session_rows(session, *r) for r in key_holder_reads(ordered)]
+    )
+
+
+def key_holder_reads(digests: list[str]) -> list[Read]:
+    """The reads of ``current_key_holders``, for a caller that sends them together with its
+    own (``Database.session_rows_together``); ``key_holders_read`` makes their rows holders."""
+    return [(_KEY_HOLDER, {"digest": digest}) for digest in digests]
+
+
+def key_holders_read(
+    digests: list[str], results: list[list[tuple[Any, ...]]]
+) -> dict[str, KeyHolder]:
+    """The key holders of ``digests`` from the rows of their ``key_holder_reads``."""
     holders: dict[str, KeyHolder] = {}
-    for digest in digests:
-        rows = db.session_rows(session, _KEY_HOLDER, {"digest": digest})
+    for digest, rows in zip(digests, results, strict=True):
         if rows:
             partner_id, _, roles, attachments_enabled, sandbox, *_ = rows[0]
             holders[digest] = KeyHolder(

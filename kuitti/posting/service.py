@@ -44,7 +44,7 @@ from kuitti.models import (
     ReceiptLogBatch,
 )
 from kuitti.models.receipts import GrantReason
-from kuitti.partners.keys import KeyHolder, current_key_holders
+from kuitti.partners.keys import KeyHolder, key_holder_reads, key_holders_read
 from kuitti.posting import returns
 from kuitti.posting.checks import LinkPlan, TokenCheck, check_body, check_tokens
 from kuitti.posting.tokens import Status, TokenStatus, deliver_tokens
@@ -389,8 +389,13 @@ def create_receipts(session: Session, settings: Settings, batch: list[Prepared])
     and roll back only its savepoint; any other error propagates, and the caller rolls the whole
     batch back (``kuitti.posting.ingest`` then writes each posting alone)."""
     sign_postings(settings, batch)  # a no-op after the writer's, made before its transaction
-    holders = current_key_holders(session, {p.holder.key_digest for p in batch})
-    kid = signatures.signing_kid(session)
+    # The batch's key holders and the signing key as they are now, in one round trip.
+    digests = list({p.holder.key_digest for p in batch})
+    *holder_rows, kid_rows = database_of(session).session_rows_together(
+        session, [*key_holder_reads(digests), signatures.SIGNING_KID_READ]
+    )
+    holders = key_holders_read(digests, holder_rows)
+    kid = signatures.kid_read(kid_rows)
     outcomes = [Outcome() for _ in batch]
     current: list[int] = []
     for index, prepared in enumerate(batch):
