@@ -1,15 +1,18 @@
 """Overload: a real ``kuitti serve`` (one process) offered more requests than it can serve, with
-and without its bounds (the wait, ``KUITTI_MAX_QUEUE_SECONDS``; the requests in flight,
-``KUITTI_MAX_REQUESTS_IN_FLIGHT``; the read pool's wait), on SQLite and on PostgreSQL.
+and without its bounds (the wait, ``KUITTI_MAX_QUEUE_SECONDS`` and ``KUITTI_QUEUE_TARGET_SECONDS``;
+the requests in flight, ``KUITTI_MAX_REQUESTS_IN_FLIGHT``; the read pool's wait), on SQLite and on
+PostgreSQL.
 
     .venv/bin/python bench/overload.py [--database both] [--seconds 10] [--rounds 2]
-                                       [--max-wait 0.5]
+                                       [--max-wait 0.5] [--design NAME:KUITTI_X=1,...]
+                                       [--refusals] [--closed 50]
 
 Each request is a merchant's receipt list (``GET /api/v1/receipts/``, 20 receipts) on a new
 connection. Two servers run on the same database: one with the default bounds (``--max-wait``)
 and one whose bounds are out of reach (a wait of an hour, a million requests in flight: none, as
-before the bounds). They are measured in turns, round after round, so the other work on a
-shared machine falls on both alike.
+before the bounds); ``--design`` adds more, each with its own settings (``PYTHONPATH=`` another
+tree's copy of ``kuitti`` measures other code beside this). They are measured in turns, round
+after round, so the other work on a shared machine falls on all alike.
 
 1. Capacity, measured by the load generator itself, against the server without the bounds: the
    highest rate (bisection, ``PROBES`` runs of ``PROBE_SECONDS``) at which every request is
@@ -17,6 +20,12 @@ shared machine falls on both alike.
    two cores took CPU from the server and measured a third too little.
 2. Unloaded: a quarter of capacity, open loop; the p99 of the answers.
 3. Offered load at 2x and 5x capacity, open loop, for ``--seconds`` each.
+
+``--refusals`` measures instead what a refusal costs: each bounded server again with one request
+in flight allowed and one held, offered ``REFUSAL_RATE`` connections a second, every one refused.
+``--closed 50`` measures how many requests of 50 keep-alive clients at full speed, each sending
+its next request on its answer (a full pipeline, as ``bench/ingest.py`` runs, not overload), the
+bounds refuse.
 
 The open-loop load is h2load's (``nghttp2-client``, in C: a Python generator on the same two
 cores lagged behind its own schedule by seconds): it opens connections at a fixed rate whatever
@@ -35,6 +44,7 @@ import contextlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -60,13 +70,20 @@ KUITTI = str(Path(sys.executable).parent / "kuitti")
 H2LOAD = shutil.which("h2load")
 MAX_SECONDS = 60
 MAX_RATE = 6000
-NO_BOUND = {"KUITTI_MAX_QUEUE_SECONDS": "3600", "KUITTI_MAX_REQUESTS_IN_FLIGHT": "1000000"}
+NO_BOUND = {
+    "KUITTI_MAX_QUEUE_SECONDS": "3600",
+    "KUITTI_QUEUE_TARGET_SECONDS": "3600",
+    "KUITTI_MAX_REQUESTS_IN_FLIGHT": "1000000",
+}
 RECEIPTS = 20
 CONNECTION_TIMEOUT_SECONDS = 60
 PROBES = 6
 PROBE_SECONDS = 3.0
 KEEPS_UP_MS = 100.0
 LOWEST_RATE = 50.0
+REFUSAL_RATE = 2000.0
+REFUSAL_SECONDS = 3.0
+CLOSED_REQUESTS = 15_000
 
 
 def percentile(samples: list[float], share: float) -> float | None:
@@ -156,6 +173,9 @@ def bench(kind: str, options: argparse.Namespace) -> dict[str, Any]:
             f"bound_{options.max_wait}s": {"KUITTI_MAX_QUEUE_SECONDS": str(options.max_wait)},
             "no_bound": NO_BOUND,
         }
+        for design in options.design:
+            name, _, settings = design.partition(":")
+            bounds[name] = dict(part.split("=", 1) for part in settings.split(",") if part)
         with contextlib.ExitStack() as stack:
             servers = {name: stack.enter_context(serving(env, bound, workdir))
                        for name, bound in bounds.items()}  # fmt: skip
@@ -168,6 +188,10 @@ def bench(kind: str, options: argparse.Namespace) -> dict[str, Any]:
                 )
                 assert posted.status_code == 200, posted.text
             log = workdir / "h2load.log"
+            if options.refusals:
+                return {"refusals": refusal_costs(env, bounds, api_key, workdir, options)}
+            if options.closed:
+                return {"closed": closed_loops(servers, api_key, options)}
             rate, probes = capacity(servers["no_bound"], api_key, log)
             report: dict[str, Any] = {"capacity_per_s": round(rate), "probes": probes}
             report["rounds"] = []
@@ -184,6 +208,60 @@ def bench(kind: str, options: argparse.Namespace) -> dict[str, Any]:
                     }
                 )
             return report
+
+
+def refusal_costs(
+    env: dict[str, str],
+    bounds: dict[str, dict[str, str]],
+    api_key: str,
+    workdir: Path,
+    options: argparse.Namespace,
+) -> list[dict[str, Any]]:
+    """The process's CPU per refusal: each bounded server again with one request in flight
+    allowed and one held (a post whose body is not sent), offered ``REFUSAL_RATE`` connections a
+    second for ``REFUSAL_SECONDS``, every one refused; in turns, ``--rounds`` times."""
+    runs = []
+    log = workdir / "h2load.log"
+    for _ in range(options.rounds):
+        for name, bound in bounds.items():
+            if bound is NO_BOUND:
+                continue
+            with serving(env, {**bound, "KUITTI_MAX_REQUESTS_IN_FLIGHT": "1"}, workdir) as server:
+                host, port = server.url.removeprefix("http://").split(":")
+                with socket.create_connection((host, int(port)), timeout=60) as held:
+                    held.sendall(
+                        b"POST /api/v1/receipts/ HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                        b"Content-Type: application/json\r\nExpect: 100-continue\r\n\r\n"
+                    )
+                    assert held.recv(100).startswith(b"HTTP/1.1 100 "), "not held in flight"
+                    run = offered(server, api_key, REFUSAL_RATE, REFUSAL_SECONDS, log)
+                runs.append({"design": name} | run)
+    return runs
+
+
+def closed_loops(
+    servers: dict[str, Server], api_key: str, options: argparse.Namespace
+) -> list[str]:
+    """``--closed`` keep-alive clients, each sending its next request on its answer (a full
+    pipeline, not overload: the bounds should refuse few), ``CLOSED_REQUESTS`` requests in all,
+    against each server in turns; a line each with the answers by status."""
+    assert H2LOAD is not None
+    lines = []
+    for _ in range(options.rounds):
+        for name, server in servers.items():
+            command = [
+                H2LOAD, "--h1", "-t", "1", "-c", str(options.closed), "-n", str(CLOSED_REQUESTS),
+                "-H", f"Authorization: Token {api_key}", f"{server.url}/api/v1/receipts/",
+            ]  # fmt: skip
+            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            codes = re.search(r"status codes: (.*)", out)
+            rate = re.search(r"finished in \S+, (\S+) req/s", out)
+            per_second = rate.group(1) if rate else "?"
+            lines.append(
+                f"  {name:<12} {options.closed} clients: {per_second} answers/s,"
+                f" {codes.group(1) if codes else '?'}; load average {os.getloadavg()[0]:.1f}"
+            )
+    return lines
 
 
 def line(name: str, load: str, run: dict[str, Any]) -> str:
@@ -203,6 +281,24 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-wait", type=float, default=0.5, help="KUITTI_MAX_QUEUE_SECONDS")
+    parser.add_argument(
+        "--design",
+        action="append",
+        default=[],
+        help="another server beside the two: NAME:KUITTI_X=1,KUITTI_Y=2 (repeatable)",
+    )
+    parser.add_argument(
+        "--refusals",
+        action="store_true",
+        help="measure only the CPU of a refusal, each bounded design with one request held",
+    )
+    parser.add_argument(
+        "--closed",
+        type=int,
+        default=0,
+        metavar="CLIENTS",
+        help="measure only how many requests of that many closed-loop keep-alive clients are shed",
+    )
     options = parser.parse_args()
     if H2LOAD is None:
         raise SystemExit("h2load is missing: apt-get install nghttp2-client")
@@ -210,6 +306,13 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
     for kind in kinds:
         report = bench(kind, options)
+        if options.refusals:
+            for run in report["refusals"]:
+                print(line(run["design"], "held", run), flush=True)
+            continue
+        if options.closed:
+            print("\n".join(report["closed"]), flush=True)
+            continue
         print("\n".join(report["probes"]))
         print(f"{kind}: capacity {report['capacity_per_s']}/s", flush=True)
         for number, turn in enumerate(report["rounds"], 1):

@@ -14,10 +14,11 @@ Three bounds do it, each where its queue forms:
   ``kuitti.edge`` from the moment the request is taken up until its response is sent, its
   body's reading included;
 - on PostgreSQL, the wait for a connection of the read pool (``kuitti.db``): a request that
-  cannot have one within the queue's target is refused rather than queued.
+  cannot have one within ``POOL_WAIT_SHARE`` of the longest wait is refused rather than queued.
 
 The first two answer from ``kuitti serve``'s protocol with ``BUSY_ANSWER``, bytes encoded once,
-without building a request or running the application. Such a refusal is counted
+without building a request or running the application (while the process sheds, from the first
+bytes of a connection, ``kuitti.edge.Refusing``). Such a refusal is counted
 (``kuitti_http_requests_total{route="shed"}``) and logged at most once per ``LOG_EVERY_SECONDS``
 with the count since the last line (``Refusals``): under five times the load a process refuses
 thousands of requests a second, and a log line each would cost more than the refusal. The
@@ -40,9 +41,15 @@ ALWAYS_ADMITTED = frozenset({"/healthz", "/readyz", "/metrics"})
 BUSY = ServiceBusy().details()[0]
 RETRY_AFTER = ((b"retry-after", str(BUSY_RETRY_AFTER_SECONDS).encode("ascii")),)
 BUSY_ANSWER = closing_answer(503, orjson.dumps(BUSY.as_json()), RETRY_AFTER)
-TARGET_SHARE = 0.25
-"""The share of ``KUITTI_MAX_QUEUE_SECONDS`` that a served request may wait under a standing
-queue (``kuitti.edge.Queue``), and for a connection of the read pool (``kuitti.db``)."""
+POOL_WAIT_SHARE = 0.25
+"""The share of ``KUITTI_MAX_QUEUE_SECONDS`` a PostgreSQL read waits for a connection of its pool
+before it is refused (``kuitti.db``)."""
+STANDING_INTERVAL = 0.1
+"""The interval whose late requests (waits past ``KUITTI_QUEUE_TARGET_SECONDS``) decide whether
+the queue stands through the next one (``kuitti.edge.Queue``; CoDel's 100 ms)."""
+STANDING_REQUESTS = 32
+"""How many requests of an interval must have waited past the target, besides most of them, for
+the queue to count as standing: a few clients on a host short of CPU make a handful."""
 LOG_EVERY_SECONDS = 10.0
 
 

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
 from kuitti import __version__
-from kuitti.admission import TARGET_SHARE
+from kuitti.admission import POOL_WAIT_SHARE
 from kuitti.allowed import allowed_methods
 from kuitti.cards.routes import router as cards_router
 from kuitti.clients import TrustedProxyHeaders
@@ -79,7 +79,7 @@ def create_app(
         pool_size=settings.db_pool_size,
         listen_url=settings.listen_database_url,
         prepared_statements=settings.db_prepared_statements,
-        busy_wait=settings.max_queue_seconds * TARGET_SHARE,
+        busy_wait=settings.max_queue_seconds * POOL_WAIT_SHARE,
     )
     replica = None
     if settings.read_database_url:

@@ -211,6 +211,13 @@ class Settings(BaseSettings):
         "and a PostgreSQL read waits at most a quarter of it for a connection of its pool "
         "(kuitti/edge.py, kuitti/db.py; see docs/operations.md).",
     )
+    queue_target_seconds: float = Field(
+        0.05,
+        gt=0,
+        description="Under a standing queue (in a 100 ms interval, most requests and at least "
+        "32 waited longer than this), the next interval serves only the requests that waited "
+        "less and answers the rest 503 at once (kuitti/edge.py; see docs/operations.md).",
+    )
     max_requests_in_flight: int = Field(
         64,
         gt=0,

@@ -11,9 +11,10 @@ held to four settings:
 - the time from the end of the head to the end of the body to ``KUITTI_BODY_TIMEOUT_SECONDS``:
   408 unless a response has started, and the connection is closed either way;
 - the time from the arrival of the head's last byte to the moment the process takes the request
-  up to ``KUITTI_MAX_QUEUE_SECONDS`` (``Queue``), and the requests the process works on at once
-  to ``KUITTI_MAX_REQUESTS_IN_FLIGHT``: 503 with ``Retry-After`` in the error shape, at once
-  and without running the application (the health endpoints excepted, ``kuitti.admission``).
+  up to ``KUITTI_MAX_QUEUE_SECONDS``, and under a standing queue to
+  ``KUITTI_QUEUE_TARGET_SECONDS`` (``Queue``), and the requests the process works on at once to
+  ``KUITTI_MAX_REQUESTS_IN_FLIGHT``: 503 with ``Retry-After`` in the error shape, at once and
+  without running the application (the health endpoints excepted, ``kuitti.admission``).
 
 The wait is the kernel's count where it keeps one (Linux's ``TCP_INFO``: milliseconds since the
 connection last received data), because that is where an overloaded process's queue forms: its
@@ -21,10 +22,11 @@ event loop, busy with the requests it took, accepts the next connections only as
 them, and they wait in the listening socket's accept queue, before the process knows of them
 (``bench/overload.py`` measured seconds there and a millisecond after the accept). Elsewhere it
 is the time since the process began reading the request. A refusal is bytes encoded once
-(``kuitti.admission.BUSY_ANSWER``), written before the application runs: with the connection's
-own cost, 80–90 microseconds of the process's time against 0.7–0.9 ms for a request served
-(``bench/overload.py``), so a process under five times the load it can serve still clears its
-queue, and the requests it serves waited at most the bound.
+(``kuitti.admission.BUSY_ANSWER``), written before the application runs. While the process may
+shed, a new connection is first given ``Refusing``, which refuses a whole plain request from its
+first bytes without uvicorn's protocol: about 30 microseconds of the process's time, the
+connection's own cost included, against 85–93 through the full protocol and 0.6–0.9 ms for a
+request served (``bench/overload.py --refusals``).
 
 An idle kept-alive connection is closed by uvicorn's own ``timeout_keep_alive``.
 """
@@ -35,13 +37,19 @@ import asyncio
 import functools
 import socket
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from kuitti.admission import ALWAYS_ADMITTED, BUSY_ANSWER, REFUSALS, TARGET_SHARE
+from kuitti.admission import (
+    ALWAYS_ADMITTED,
+    BUSY_ANSWER,
+    REFUSALS,
+    STANDING_INTERVAL,
+    STANDING_REQUESTS,
+)
 from kuitti.config import load_settings
 from kuitti.protocols import HttpToolsJsonErrors, closing_answer
 
@@ -53,56 +61,85 @@ LAST_DATA_RECV = struct.Struct("=52xI")
 
 class Queue:
     """What one process knows of the queue in front of it, from the waits of the requests it
-    takes up, and which of them it serves.
+    takes up, and which of them it serves (CoDel's rule, as in Facebook's "Fail at Scale").
 
-    A request that waited longer than ``longest`` is never served. A burst (a stall of the
-    event loop, many clients at once) makes a queue that clears by itself: its requests are
-    served. A queue that stands, every request for ``longest / 5`` having waited longer than a
-    quarter of ``longest`` (the target), is more load than the process can serve (CoDel's rule):
-    from then on only the requests that waited less than the target are served, and the rest
-    answered 503 at once, until none has waited longer for ``longest / 5``. The requests served
-    under a standing load then waited at most the target, not the longest wait."""
+    A request that waited longer than ``longest`` is never served. Time is cut into intervals;
+    an interval in which at least ``STANDING_REQUESTS`` requests waited longer than ``target``,
+    and more of them than not, shows a queue that stands: more load than the process can serve.
+    Through the next interval only the requests that waited less than the target are served,
+    and the rest answered 503 at once; an interval in which most waited less ends it. The
+    requests served under a standing load then waited at most the target, not the longest
+    wait. A burst within an interval is served; so are a few clients on a host
+    short of CPU, each of their requests late because the process was not running rather than
+    because others were ahead of it.
 
-    def __init__(self, longest: float) -> None:
+    Most, not every: the process takes up at once every connection that arrived while it was
+    busy, oldest first, so the last of them waited little even under a standing queue, and
+    CoDel's "every packet above the target for an interval" never held."""
+
+    def __init__(self, longest: float, target: float, interval: float = STANDING_INTERVAL) -> None:
         self.longest = longest
-        self.target = longest * TARGET_SHARE
-        self.interval = longest / 5
-        self.above_since: float | None = None  # every request since then waited > target
-        self.last_above = float("-inf")
+        self.target = min(target, longest)
+        self.interval = interval
+        self.began = float("-inf")  # the current interval's start
+        self.late = 0  # requests of the current interval that waited longer than the target
+        self.fresh = 0  # the others
         self.standing = False
 
     def admits(self, waited: float, now: float) -> bool:
+        if now - self.began > self.interval:
+            # The interval that ended decides the next one, if that one follows it.
+            recent = now - self.began <= 2 * self.interval
+            self.standing = recent and STANDING_REQUESTS <= self.late > self.fresh
+            self.began = now
+            self.late = self.fresh = 0
         if waited <= self.target:
-            self.above_since = None
-            if self.standing and now - self.last_above > self.interval:
-                self.standing = False
+            self.fresh += 1
             return True
-        self.last_above = now
-        if self.above_since is None:
-            self.above_since = now
-        elif now - self.above_since > self.interval:
-            self.standing = True
+        self.late += 1
         return not self.standing and waited <= self.longest
 
 
 @functools.cache
-def process_queue(longest: float) -> Queue:
+def process_queue(longest: float, target: float) -> Queue:
     """The process's one ``Queue``: every connection's protocol takes up requests from it."""
-    return Queue(longest)
+    return Queue(longest, target)
+
+
+class EdgeLimits(NamedTuple):
+    max_head_bytes: int
+    header_timeout: float
+    body_timeout: float
+    longest_wait: float
+    target_wait: float
+    max_in_flight: int
 
 
 @functools.cache
-def edge_limits() -> tuple[int, float, float, float, int]:
-    """(largest head in bytes, header timeout, body timeout, longest wait, requests in flight),
-    read once per process."""
+def edge_limits() -> EdgeLimits:
+    """The settings every connection is held to, read once per process."""
     settings = load_settings()
-    return (
+    return EdgeLimits(
         settings.max_header_bytes,
         settings.header_timeout_seconds,
         settings.body_timeout_seconds,
         settings.max_queue_seconds,
+        settings.queue_target_seconds,
         settings.max_requests_in_flight,
     )
+
+
+def kernel_wait(sock: socket.socket) -> float | None:
+    """Seconds since ``sock`` last received data, by the kernel's count (Linux's ``TCP_INFO``),
+    the time in the accept queue included; None where there is no such count."""
+    if TCP_INFO is None:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, LAST_DATA_RECV.size)
+    except OSError:
+        return None
+    milliseconds: int = LAST_DATA_RECV.unpack(info)[0]
+    return milliseconds / 1000
 
 
 class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
@@ -111,14 +148,12 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        (
-            self.max_head_bytes,
-            self.header_timeout,
-            self.body_timeout,
-            longest_wait,
-            self.max_in_flight,
-        ) = edge_limits()
-        self.queue = process_queue(longest_wait)
+        limits = edge_limits()
+        self.max_head_bytes = limits.max_head_bytes
+        self.header_timeout = limits.header_timeout
+        self.body_timeout = limits.body_timeout
+        self.max_in_flight = limits.max_in_flight
+        self.queue = process_queue(limits.longest_wait, limits.target_wait)
         self.socket: socket.socket | None = None  # a TCP connection's, for its TCP_INFO
         self.head_began = 0.0
         self.head_bytes = 0  # of the finished parts of the current head
@@ -184,14 +219,11 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
         """Seconds since the current request's last byte so far arrived: the kernel's count on a
         TCP connection where it keeps one (the time in the accept queue included), else since
         this process began reading the request."""
-        if self.socket is not None and TCP_INFO is not None:
-            try:
-                info = self.socket.getsockopt(socket.IPPROTO_TCP, TCP_INFO, LAST_DATA_RECV.size)
-            except OSError:
-                self.socket = None
-            else:
-                milliseconds: int = LAST_DATA_RECV.unpack(info)[0]
-                return milliseconds / 1000
+        if self.socket is not None:
+            waited = kernel_wait(self.socket)
+            if waited is not None:
+                return waited
+            self.socket = None
         return self.loop.time() - self.head_began
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
@@ -263,3 +295,87 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
         super().on_response_complete()
         if not self.transport.is_closing() and self.deadline is None:
             self._arm(self.header_timeout, self._head_too_slow)
+
+
+# The methods a refusal may be counted under without the parser's check (a label per method).
+PLAIN_METHODS = frozenset({b"GET", b"HEAD", b"POST", b"PUT", b"PATCH", b"DELETE", b"OPTIONS"})
+ALWAYS_ADMITTED_PATHS = frozenset(path.encode("ascii") for path in ALWAYS_ADMITTED)
+
+
+class Refusing(asyncio.Protocol):
+    """A connection taken while the process sheds: it refuses its request from the first bytes
+    received, without uvicorn's protocol, its parser or its timers, when they hold a whole head
+    of a plain request that the process would refuse (``refuses``). Anything else (a head in
+    pieces, a health check, an odd request line, a request the process now admits) is handed to
+    ``BoundedHttpToolsProtocol`` with those bytes, and it decides as for any request."""
+
+    __slots__ = ("full", "refuses", "transport")
+
+    def __init__(self, full: Any, refuses: Any) -> None:
+        self.full = full  # makes the full protocol
+        self.refuses = refuses  # (socket) -> the reason to refuse, or None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        transport = self.transport
+        assert transport is not None
+        method, _, rest = data.partition(b" ")
+        target = rest.partition(b" ")[0]
+        why = (
+            self.refuses(transport.get_extra_info("socket"))
+            if method in PLAIN_METHODS
+            and target[:1] == b"/"
+            and target.partition(b"?")[0] not in ALWAYS_ADMITTED_PATHS
+            and b"%" not in target
+            and b"\r\n\r\n" in data
+            else None
+        )
+        if why is None:
+            self.hand_over(data)
+            return
+        REFUSALS.refused(method.decode("ascii"), why)
+        transport.write(BUSY_ANSWER)
+        transport.close()
+
+    def hand_over(self, data: bytes) -> None:
+        full = self.full()
+        transport = self.transport
+        assert transport is not None
+        transport.set_protocol(full)
+        full.connection_made(transport)
+        full.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        transport = self.transport
+        assert transport is not None
+        transport.close()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+
+def http_protocol(**uvicorn_arguments: Any) -> asyncio.Protocol:
+    """The protocol of a connection ``kuitti serve`` accepts (``kuitti.protocols.HTTP_PROTOCOL``):
+    ``BoundedHttpToolsProtocol``, or while the process may shed (a request of this interval
+    late, or as many requests in flight as it may have) ``Refusing``, whose refusal costs the
+    process a third of the full protocol's (``bench/overload.py --refusals``)."""
+    limits = edge_limits()
+    queue = process_queue(limits.longest_wait, limits.target_wait)
+    tasks = uvicorn_arguments["server_state"].tasks
+    if not (queue.standing or queue.late) and len(tasks) < limits.max_in_flight:
+        return BoundedHttpToolsProtocol(**uvicorn_arguments)
+    loop = uvicorn_arguments.get("_loop") or asyncio.get_event_loop()
+
+    def refuses(sock: socket.socket | None) -> str | None:
+        if len(tasks) >= limits.max_in_flight:
+            return "in flight"
+        waited = None if sock is None else kernel_wait(sock)
+        if waited is not None and not queue.admits(waited, loop.time()):
+            return "queue"
+        return None
+
+    return Refusing(functools.partial(BoundedHttpToolsProtocol, **uvicorn_arguments), refuses)

@@ -20,7 +20,7 @@ import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-HTTP_PROTOCOL = "kuitti.edge:BoundedHttpToolsProtocol"
+HTTP_PROTOCOL = "kuitti.edge:http_protocol"
 
 
 def bad_request_body(message: str) -> bytes:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from kuitti import admission
@@ -105,3 +106,56 @@ def test_refusals_are_logged_once_per_interval_with_their_count(
     ]
     assert logs.entries[1]["last_reason"] == "in flight"
     assert logs.entries[1]["seconds"] == 10
+
+
+def whole_answer(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    answer = b""
+    with sock:
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_while_shedding_only_a_whole_plain_head_is_refused_from_its_first_bytes(
+    tmp_path: Path, session_services: Services
+) -> None:
+    """While the process is at its bound it takes new connections with the cheap refusing
+    protocol (``kuitti.edge.Refusing``); what that cannot judge from the first bytes goes to the
+    full protocol, which decides as for any request: a head sent in two pieces is still refused
+    503, a health check with a query is answered, a request line no parser accepts gets the 400
+    of the error shape (and no label of its own in the count)."""
+    settings = {"KUITTI_MAX_REQUESTS_IN_FLIGHT": "1"}
+    with (
+        serving(tmp_path, session_services, settings, "--no-worker") as (_process, url),
+        held_in_flight(url) as held,
+    ):
+        assert first_line(held) == b"HTTP/1.1 100 Continue"
+        address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+
+        def sent(*pieces: bytes) -> bytes:
+            sock = socket.create_connection(address, timeout=SOCKET_TIMEOUT_SECONDS)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for piece in pieces:  # read in one go or not, the answer is the same
+                sock.sendall(piece)
+            return whole_answer(sock)
+
+        whole = sent(b"GET /api/v1/receipts/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert whole.startswith(b"HTTP/1.1 503 ")
+        assert whole.endswith(orjson.dumps(BUSY))
+        pieces = sent(b"GET /api/v1/receipts/ HTTP/1.1\r\nHo", b"st: 127.0.0.1\r\n\r\n")
+        assert pieces == whole
+        health = sent(
+            b"GET /healthz?probe=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        assert health.startswith(b"HTTP/1.1 200 ")
+        assert health.endswith(b'{"status":"ok"}')
+        odd = sent(b"G\x01T / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert odd.startswith(b"HTTP/1.1 400 ")
+        assert orjson.loads(odd.partition(b"\r\n\r\n")[2])["error"] == "bad_request"
+        metrics = httpx.get(f"{url}/metrics", timeout=SOCKET_TIMEOUT_SECONDS).text
+    shed = re.findall(r'kuitti_http_requests_total\{method="([^"]*)",route="shed"', metrics)
+    assert shed == ["GET"]
+    counted = re.search(r'method="GET",route="shed",status="503"} (\d+)', metrics)
+    assert counted is not None
+    assert int(counted.group(1)) == 2

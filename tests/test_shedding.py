@@ -24,6 +24,7 @@ import orjson
 import pytest
 from sqlalchemy import select, text
 
+from kuitti.admission import STANDING_REQUESTS
 from kuitti.db import ASYNC_READ_CONNECTIONS, Database
 from kuitti.edge import Queue
 from kuitti.errors import ServiceBusy
@@ -111,29 +112,55 @@ def test_a_request_held_past_the_bound_is_503_and_a_fresh_one_is_served(
 
 
 class TestQueue:
-    """``longest`` 1 s: the target is 0.25 s, the interval 0.2 s."""
+    """``longest`` 1 s, the target 0.25 s, intervals of 0.2 s."""
 
     def test_a_wait_past_the_longest_is_refused_and_a_short_one_served(self) -> None:
-        queue = Queue(1.0)
+        queue = Queue(1.0, 0.25, 0.2)
         assert not queue.admits(1.001, now=10.0)
         assert queue.admits(0.0, now=10.01)
 
-    def test_a_burst_that_clears_within_the_interval_is_served(self) -> None:
-        queue = Queue(1.0)
-        assert all(queue.admits(0.9, now=10.0 + step / 100) for step in range(20))
-        assert queue.admits(0.2, now=10.2)
-        assert queue.admits(0.9, now=10.3)
+    def test_a_burst_within_an_interval_is_served_and_the_fresh_requests_after_it(
+        self,
+    ) -> None:
+        queue = Queue(1.0, 0.25, 0.2)
+        assert all(queue.admits(0.9, now=10.0 + step / 1000) for step in range(100))
+        assert queue.admits(0.9, now=10.19)
+        # A hundred late in one interval count as a queue: the next serves the fresh only.
+        assert queue.admits(0.1, now=10.25)
+        assert not queue.admits(0.9, now=10.26)
+        assert queue.admits(0.1, now=10.3)
+        assert queue.admits(0.9, now=10.5)  # the interval before was mostly fresh
 
-    def test_a_standing_queue_is_served_only_below_the_target_until_it_clears(self) -> None:
-        queue = Queue(1.0)
-        assert queue.admits(0.5, now=10.0)
-        assert queue.admits(0.5, now=10.2)
-        assert not queue.admits(0.5, now=10.21)  # above the target for over the interval
-        assert queue.admits(0.2, now=10.22)  # below the target: served
-        assert not queue.admits(0.3, now=10.23)  # still standing: above the target, refused
-        assert queue.admits(0.2, now=10.3)
-        assert queue.admits(0.2, now=10.44)  # none above the target for the interval
-        assert queue.admits(0.5, now=10.45)  # a burst again, served
+    def test_a_standing_queue_is_served_only_below_the_target_until_most_wait_less(
+        self,
+    ) -> None:
+        queue = Queue(1.0, 0.25, 0.2)
+        # An interval of 40 late requests and 10 fresh ones: the next interval sheds.
+        assert all(queue.admits(0.5, now=10.0 + step / 200) for step in range(40))
+        assert all(queue.admits(0.1, now=10.0 + step / 100) for step in range(10))
+        assert queue.admits(0.2, now=10.21)  # below the target: served
+        assert queue.standing
+        assert not queue.admits(0.3, now=10.22)  # above the target, refused
+        assert not queue.admits(0.9, now=10.3)
+        # An interval of few late requests (or fewer than fresh ones) ends it.
+        assert queue.admits(0.1, now=10.4)
+        assert queue.admits(0.5, now=10.45)  # not standing again: served
+        assert not queue.standing
+
+    def test_a_few_late_requests_are_not_a_standing_queue(self) -> None:
+        """A few clients on a host short of CPU: each request late, but a few an interval."""
+        queue = Queue(1.0, 0.25, 0.2)
+        assert all(
+            queue.admits(0.5, now=10.0 + step / 200) for step in range(STANDING_REQUESTS - 1)
+        )
+        assert queue.admits(0.5, now=10.25)
+        assert not queue.standing
+
+    def test_an_interval_long_ago_decides_nothing(self) -> None:
+        queue = Queue(1.0, 0.25, 0.2)
+        assert all(queue.admits(0.5, now=10.0 + step / 1000) for step in range(100))
+        assert queue.admits(0.5, now=11.0)  # the late interval ended 0.8 s ago
+        assert not queue.standing
 
 
 def reads_waiting_on_a_lock(services: Services) -> int:
