@@ -9,6 +9,12 @@ every case is measured against both in turns, ``--rounds`` times, one ``--second
 - ``post card``: a receipt paid by card, no token (``bench/ingest.py``'s realistic receipts);
 - ``post RECEIPT_ID``: the same with a ``RECEIPT_ID`` token, a new identifier each post;
 - ``post Idempotency-Key``: the card receipt with a new ``Idempotency-Key`` each post;
+- ``post EMAIL``: the same with an ``EMAIL`` token, the address of one of the fill's first
+  ``HOLDERS`` users (verified, connected to the app; fewer if a database has fewer):
+  delivered to the user, the app's grant and webhook, and an e-mail, in the post's transaction;
+- ``post CARD``: the same with a ``CARD`` token naming one of ``HOLDERS`` cards of a card issuer
+  ("Bench Issuer"), each enrolled for one of those users (``enrol_cards``, once per database):
+  the issuer's grant, then delivered as ``post EMAIL`` is;
 - ``list depth 0``: the first page of 50 of the largest merchant ("Bench Market");
 - ``list deep``: its page after a cursor ``--depth`` receipts deep (on the small database, 90 %
   of its depth, which is all it has);
@@ -45,24 +51,28 @@ import json
 import os
 import random
 import secrets
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ingest import (  # noqa: E402  (bench/ is the script's own directory)
+from fill import SECRET_KEY  # noqa: E402  (bench/ is the script's own directory)
+from ingest import (  # noqa: E402
     LATENCY_DONE,
     PG_ADMIN_URL,
     WrkRun,
@@ -76,12 +86,34 @@ from ingest import (  # noqa: E402  (bench/ is the script's own directory)
 from sqlalchemy import Connection, event, func, select  # noqa: E402
 
 from kuitti.asgi import RUN_WORKER_ENV  # noqa: E402
+from kuitti.cards.service import check_card_request, enroll_card  # noqa: E402
+from kuitti.cards.settler import settle_due_matches  # noqa: E402
+from kuitti.clock import SystemClock  # noqa: E402
+from kuitti.config import Settings  # noqa: E402
 from kuitti.db import Database  # noqa: E402
-from kuitti.models import Partner, ReceiptGrant  # noqa: E402
+from kuitti.models import Card, Partner, PartnerRole, ReceiptGrant, User  # noqa: E402
+from kuitti.models.cards import CardMatch, CardPurchase, CardTransaction  # noqa: E402
+from kuitti.partners.service import create_partner  # noqa: E402
 from kuitti.receipts.readers import encode_cursor  # noqa: E402
 from kuitti.receipts.sandbox import PURGE_BATCH, purge_batch  # noqa: E402
+from kuitti.security import SecretBox  # noqa: E402
+from kuitti.services import Services  # noqa: E402
 
-CASES = ("post card", "post RECEIPT_ID", "post Idempotency-Key", "list depth 0", "list deep")
+CASES = (
+    "post card",
+    "post RECEIPT_ID",
+    "post Idempotency-Key",
+    "post EMAIL",
+    "post CARD",
+    "list depth 0",
+    "list deep",
+)
+HOLDERS = 200  # users an EMAIL or CARD token reaches at most (the small database has 200)
+ISSUER = "Bench Issuer"
+
+
+def card_pan(index: int) -> str:
+    return f"400012******{index:04d}"
 
 
 @dataclass
@@ -152,18 +184,49 @@ def deep_cursor(instance: Instance, depth: int) -> tuple[str, int]:
     return encode_cursor(moment, str(receipt_id)), depth
 
 
-def post_script(path: Path, api_key: str, kind: str, namespace: str, count: int = 200) -> None:
+def enrol_cards(instance: Instance, count: int) -> None:
+    """``count`` cards of the card issuer ``ISSUER`` (made if missing), card ``i`` enrolled
+    for ``user{i}@bench.example``: what a ``post CARD`` token names. Enrolling again is a no-op
+    (``enroll_card`` returns the enrolled card)."""
+    db = Database(sqlalchemy_url(instance.url))
+    now = datetime.now(UTC)
+    try:
+        with db.session() as session:
+            issuer = session.scalar(select(Partner).where(Partner.name == ISSUER))
+            if issuer is None:
+                issuer = create_partner(
+                    session, SecretBox(SECRET_KEY), name=ISSUER, roles=[PartnerRole.CARD_ISSUER],
+                    now=now,
+                ).partner  # fmt: skip
+            emails = [f"user{i}@bench.example" for i in range(count)]
+            found = session.execute(select(User.email, User.id).where(User.email.in_(emails)))
+            holders = {row[0]: row[1] for row in found}
+            for i, email in enumerate(emails):
+                request = check_card_request(f"bench-card-{i}", card_pan(i), "2030-12", None)
+                enroll_card(session, issuer, request, now=now, user_id=holders[email])
+    finally:
+        db.engine.dispose()
+
+
+def post_script(
+    path: Path, api_key: str, kind: str, namespace: str, holders: int, count: int = 200
+) -> None:
     """A wrk script posting ``count`` realistic card receipts in turn; for ``RECEIPT_ID`` and
     ``Idempotency-Key`` each post gets an identifier or key no post had (per run, thread and
-    request)."""
+    request); ``EMAIL`` and ``CARD`` name ``holders`` users and cards in turn."""
     rng = random.Random(44)
     heads, tails = [], []
     for number in range(count):
         doc = realistic_receipt(rng, number, 0)
         body: Any = doc
-        if kind == "post RECEIPT_ID":
-            token = {"type": "RECEIPT_ID", "namespace": namespace, "value": "@@ID@@"}
-            body = {"attributes": {"tokens": [token]}, "receipt": doc}
+        holder = number % holders
+        tokens = {
+            "post RECEIPT_ID": {"type": "RECEIPT_ID", "namespace": namespace, "value": "@@ID@@"},
+            "post EMAIL": {"type": "EMAIL", "value": f"user{holder}@bench.example"},
+            "post CARD": {"type": "CARD", "id": f"bench-card-{holder}", "value": card_pan(holder)},
+        }
+        if kind in tokens:
+            body = {"attributes": {"tokens": [tokens[kind]]}, "receipt": doc}
         head, _, tail = orjson.dumps(body).decode().partition("@@ID@@")
         heads.append(head)
         tails.append(tail)
@@ -225,6 +288,95 @@ class DeleteTurn:
     deleted: int
 
 
+@dataclass
+class MatchTurn:
+    """Matching new receipts whose card's auth is stored: the matching step's time per receipt
+    (``settle_due_matches``, as the worker runs it after the receipt's commit), in ms, and how
+    many of them it matched to the card."""
+
+    step_ms: list[float]
+    matched: int
+
+
+def p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[98]
+
+
+def match_turn(instance: Instance, receipts: int, workdir: Path, seed: int) -> MatchTurn:
+    """Post ``receipts`` receipts over HTTP, each paid by one of the ``ISSUER``'s cards whose auth
+    was stored just before (at a merchant id of the fill's, ``MID-0001`` to ``MID-0500``, which
+    the full database's stored card payments share), and time the matching step after each.
+    Payments queued before the turn (the posts of other cases) are decided first, untimed."""
+    rng = random.Random(seed)
+    settings = Settings(
+        database_url=sqlalchemy_url(instance.url),
+        var_dir=workdir / f"var-{instance.label}",
+        secret_key=SECRET_KEY,
+        log_level="WARNING",
+    )
+    services = Services(
+        settings=settings, db=Database(settings.resolved_database_url), clock=SystemClock()
+    )
+    merchant = instance.keys["merchants"][0]
+    steps, matched = [], 0
+    try:
+        while settle_due_matches(services):
+            pass
+        with services.db.session(write=False) as session:
+            cards = session.execute(
+                select(Card.id, Card.masked_pan, Card.pan_last4)
+                .join(Partner, Partner.id == Card.partner_id)
+                .where(Partner.name == ISSUER)
+            ).all()
+        with httpx.Client(base_url=instance.url_base, timeout=60) as client:
+            for number in range(receipts):
+                card_id, masked_pan, last4 = rng.choice(cards)
+                now = datetime.now(UTC)
+                code, mid = f"{rng.randrange(10**6):06d}", f"MID-{rng.randint(1, 500):04d}"
+                doc = realistic_receipt(rng, number, 0)
+                amount = doc["totalPriceIncVAT"]
+                stamp = now.astimezone(timezone(timedelta(hours=2))).isoformat(timespec="seconds")
+                doc["receiptTimeStamp"] = stamp
+                doc["payments"][0]["attributes"].update(
+                    MID=mid, maskedPAN=masked_pan, authorizationCode=code, timeStamp=stamp
+                )
+                with services.db.session() as session:
+                    purchase = CardPurchase(
+                        id=uuid.uuid4(), card_id=card_id, merchant_id=mid, merchant_name="Bench",
+                        authorization_code=code, reference_number=None, created_at=now,
+                    )  # fmt: skip
+                    session.add(purchase)
+                    session.flush()
+                    session.add(
+                        CardTransaction(
+                            id=uuid.uuid4(), card_id=card_id, purchase_id=purchase.id,
+                            transaction_type="auth", amount=amount, currency="EUR",
+                            occurred_at=now, merchant_id=mid, merchant_name="Bench",
+                            reference_number=None, authorization_code=code, pan_last4=last4,
+                            created_at=now,
+                        )
+                    )  # fmt: skip
+                answer = client.post(
+                    "/api/v1/receipts/",
+                    json=doc,
+                    headers={"Authorization": f"Token {merchant['api_key']}"},
+                )
+                assert answer.status_code == 200, answer.text
+                started = time.perf_counter()
+                settle_due_matches(services, expire=False)
+                steps.append((time.perf_counter() - started) * 1000)
+                with services.db.session(write=False) as session:
+                    found = session.scalar(
+                        select(func.count())
+                        .select_from(CardMatch)
+                        .where(CardMatch.receipt_id == uuid.UUID(answer.json()["receipt_id"]))
+                    )
+                matched += int(found or 0)
+    finally:
+        services.db.dispose()
+    return MatchTurn(steps, matched)
+
+
 def delete_turn(instance: Instance, receipts: int) -> DeleteTurn:
     """Purge batches of ``receipts`` in all on ``instance``'s database."""
     db = Database(sqlalchemy_url(instance.url))
@@ -273,10 +425,13 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--delete-receipts", type=int, default=1000)
-    parser.add_argument("--only", default="post,list,delete", help="post, list, delete")
+    parser.add_argument("--match-receipts", type=int, default=100, help="per turn of match")
+    parser.add_argument(
+        "--only", default="post,list,delete", help="post, list, delete, match, or cases by name"
+    )
     args = parser.parse_args()
     only = set(args.only.split(","))
-    cases = [c for c in CASES if c.split()[0] in only]
+    cases = [c for c in CASES if c.split()[0] in only or c in only]
 
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         workdir = Path(tmp)
@@ -294,15 +449,18 @@ def main() -> None:
             )
             full.keys = filled(full.url, args.receipts, workdir / "full.json")
         instances = [small, full]
-        for instance in instances if cases else []:
+        holders = min(HOLDERS, *(int(i.keys.get("users", HOLDERS)) for i in instances))
+        for instance in instances if cases or "match" in only else []:
             instance.cursor, instance.depth = deep_cursor(instance, args.depth)
+            if "post CARD" in cases or "match" in only:
+                enrol_cards(instance, holders)
             port = free_port()
             env = {
                 **os.environ,
                 "PYTHONPATH": str(ROOT),
                 "KUITTI_DATABASE_URL": instance.url,
                 "KUITTI_VAR_DIR": str(workdir / f"var-{instance.label}"),
-                "KUITTI_SECRET_KEY": "bench-scale-secret-not-for-production",
+                "KUITTI_SECRET_KEY": SECRET_KEY,
                 "KUITTI_LOG_LEVEL": "WARNING",
                 RUN_WORKER_ENV: "0",
             }
@@ -320,6 +478,7 @@ def main() -> None:
         )
         runs: dict[tuple[str, str], list[WrkRun]] = {}
         deletes: dict[str, list[DeleteTurn]] = {"small": [], "full": []}
+        matches: dict[str, list[MatchTurn]] = {"small": [], "full": []}
         for round_number in range(args.rounds):
             for case in cases:
                 for instance in instances:
@@ -328,7 +487,9 @@ def main() -> None:
                         workdir / f"{instance.label}-{round_number}-{case.replace(' ', '_')}.lua"
                     )
                     if case.startswith("post"):
-                        post_script(script, merchant["api_key"], case, merchant["namespace"])
+                        post_script(
+                            script, merchant["api_key"], case, merchant["namespace"], holders
+                        )
                         target = f"{instance.url_base}/api/v1/receipts/"
                     else:
                         query = "?limit=50" + (
@@ -341,6 +502,15 @@ def main() -> None:
                     print(f"  round {round_number + 1} {case:<22} {instance.label:<5}"
                           f" {run.requests_per_second:>7.0f}/s  p99 {run.p99_ms:>7.1f} ms"
                           f"  non-2xx {run.non_2xx}", flush=True)  # fmt: skip
+            if "match" in only:
+                for instance in instances:
+                    seed = round_number * 2 + len(matches[instance.label])
+                    match = match_turn(instance, args.match_receipts, workdir, seed)
+                    matches[instance.label].append(match)
+                    print(f"  round {round_number + 1} {'match':<22} {instance.label:<5}"
+                          f" step median {statistics.median(match.step_ms):.2f} ms, p99"
+                          f" {p99(match.step_ms):.2f} ms; matched {match.matched}"
+                          f" of {len(match.step_ms)}", flush=True)  # fmt: skip
             if "delete" in only:
                 for instance in instances:
                     turn = delete_turn(instance, args.delete_receipts)
@@ -369,6 +539,21 @@ def main() -> None:
             a_write = max(t.longest_write_ms for t in deletes["small"])
             b_write = max(t.longest_write_ms for t in deletes["full"])
             print(f"longest write transaction: small {a_write:.0f} ms, full {b_write:.0f} ms")
+        if matches["small"] and matches["full"]:
+            a_steps = [ms for turn in matches["small"] for ms in turn.step_ms]
+            b_steps = [ms for turn in matches["full"] for ms in turn.step_ms]
+            a_med, b_med = statistics.median(a_steps), statistics.median(b_steps)
+            a_p99, b_p99 = p99(a_steps), p99(b_steps)
+            print(f"{'match (step median)':<22} {a_med:>9.2f} {a_p99:>7.2f} {b_med:>10.2f}"
+                  f" {b_p99:>7.2f} {b_med / a_med:>8.2f} {b_p99 / a_p99:>7.2f}"
+                  f"  (ms; ÷ and × full against small)")  # fmt: skip
+            with ExitStack() as counting:
+                for instance in instances:
+                    url = instance.url.replace("postgresql+psycopg://", "postgresql://")
+                    if url.startswith("postgresql://"):
+                        pg = counting.enter_context(psycopg.connect(url))
+                        row = pg.execute("SELECT count(*) FROM card_payments").fetchone()
+                        print(f"card payments stored in {instance.label}: {row[0] if row else 0:,}")
         print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
