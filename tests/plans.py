@@ -48,20 +48,24 @@ def explain_sent(db: Database, work: Callable[[Session], object], kind: str = "S
     return explain_sql(db, sql, values)
 
 
-def explain_sql(db: Database, sql: str, values: Any) -> str:
+def explain_sql(db: Database, sql: str, values: Any, *, without: str | None = None) -> str:
     """The plan of ``sql`` with ``values`` as for large tables; a write is explained, not run.
+    ``without``: an index dropped for the one explain (and put back), to see the plan the
+    planner would take if it did not choose that index.
 
     PostgreSQL as ``explain`` does. SQLite without the planner's statistics for the one
     explain (``ANALYZE`` of the test database's few rows makes a scan of a tiny table cheapest;
     without statistics SQLite takes every table to be large), put back after it."""
     if db.dialect != "sqlite":
-        return _explain(db, sql, values)
+        return _explain(db, sql, values, without)
     connection = db.engine.raw_connection()
     try:
         cursor = connection.cursor()
         cursor.execute("BEGIN IMMEDIATE")
         if cursor.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'").fetchone():
             cursor.execute("DELETE FROM sqlite_stat1")
+        if without is not None:
+            cursor.execute(f"DROP INDEX {without}")
         cursor.execute("ANALYZE sqlite_schema")  # the planner reads the statistics again
         cursor.execute(f"EXPLAIN QUERY PLAN {sql}", values)
         lines = [row[3] for row in cursor.fetchall()]
@@ -73,10 +77,12 @@ def explain_sql(db: Database, sql: str, values: Any) -> str:
     return "\n".join(lines)
 
 
-def _explain(db: Database, sql: str, values: Any) -> str:
+def _explain(db: Database, sql: str, values: Any, without: str | None = None) -> str:
     connection = db.engine.raw_connection()
     try:
         cursor = connection.cursor()
+        if without is not None:
+            cursor.execute(f"DROP INDEX {without}")
         if db.dialect == "postgresql":
             cursor.execute("SET LOCAL enable_seqscan = off")
             cursor.execute("SET LOCAL enable_bitmapscan = off")

@@ -16,6 +16,7 @@ from kuitti.models import Receipt, ReceiptGrant
 from kuitti.models.receipts import GrantReason
 from kuitti.services import Services
 from tests.factories import store_grants
+from tests.plans import explain_sql
 
 
 def sent_select(db: Database, receipt_id: Any, partner_id: Any) -> tuple[str, Any]:
@@ -39,34 +40,10 @@ def sent_select(db: Database, receipt_id: Any, partner_id: Any) -> tuple[str, An
     return statement
 
 
-def plan_without(db: Database, index: str, sql: str, values: Any) -> str:
-    """The plan of ``sql`` in a transaction that dropped ``index`` (and rolled back)."""
-    connection = db.engine.raw_connection()
-    try:
-        cursor = connection.cursor()
-        if db.is_sqlite:
-            cursor.execute("BEGIN IMMEDIATE")
-            cursor.execute(f"DROP INDEX {index}")
-            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", values)
-            lines = [str(row[3]) for row in cursor.fetchall()]
-            cursor.execute("ROLLBACK")
-        else:
-            cursor.execute(f"DROP INDEX {index}")
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute("SET LOCAL enable_bitmapscan = off")
-            cursor.execute(f"EXPLAIN {sql}", values)
-            lines = [str(row[0]) for row in cursor.fetchall()]
-            connection.rollback()
-        cursor.close()
-    finally:
-        connection.close()
-    return "\n".join(lines)
-
-
 def test_the_check_for_an_equal_grant_is_exact_on_the_listing_index(services: Services) -> None:
     [(partner_id, receipt_id), *_] = store_grants(services)
     sql, values = sent_select(services.db, receipt_id, partner_id)
-    plan = plan_without(services.db, "ix_receipt_grants_receipt", sql, values)
+    plan = explain_sql(services.db, sql, values, without="ix_receipt_grants_receipt")
     assert "ix_receipt_grants_listing" in plan, plan
     if services.db.is_sqlite:
         assert "(partner_id=? AND receipt_time=? AND receipt_id=?)" in plan, plan
