@@ -189,6 +189,11 @@ def test_a_read_that_finds_every_connection_taken_is_refused_after_the_busy_wait
 
     async def scenario() -> None:
         await db.open_async_reads()
+        # Every connection made first: the pool grows on demand, and a held read that waited
+        # longer than the busy wait for a new connection would be refused itself.
+        pool = db._async_pools[asyncio.get_running_loop()]
+        await pool.resize(ASYNC_READ_CONNECTIONS, ASYNC_READ_CONNECTIONS)
+        await pool.wait(SOCKET_TIMEOUT_SECONDS)
         try:
             with services.db.engine.connect() as locker:
                 locker.execute(text("LOCK TABLE partners IN ACCESS EXCLUSIVE MODE"))
