@@ -15,6 +15,11 @@ every case is measured against both in turns, ``--rounds`` times, one ``--second
 - ``post CARD``: the same with a ``CARD`` token naming one of ``HOLDERS`` cards of a card issuer
   ("Bench Issuer"), each enrolled for one of those users (``enrol_cards``, once per database):
   the issuer's grant, then delivered as ``post EMAIL`` is;
+- ``post QR``: the same with a ``DYNAMIC_QR_CODE`` token, a value the app ("Kuittisovellus")
+  asked for one of those users' connections (``app_tokens``, once per database; given the
+  namespace ``benchapp`` if it has none): delivered as ``post EMAIL`` is;
+- ``post USER``: the same with a ``USER`` token, an access token of the app for one of those
+  users' connections (given ``receipt:write`` if it lacks it): delivered as ``post EMAIL`` is;
 - ``list depth 0``: the first page of 50 of the largest merchant ("Bench Market");
 - ``list deep``: its page after a cursor ``--depth`` receipts deep (on the small database, 90 %
   of its depth, which is all it has);
@@ -59,7 +64,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -91,8 +96,12 @@ from kuitti.cards.settler import settle_due_matches  # noqa: E402
 from kuitti.clock import SystemClock  # noqa: E402
 from kuitti.config import Settings  # noqa: E402
 from kuitti.db import Database  # noqa: E402
-from kuitti.models import Card, Partner, PartnerRole, ReceiptGrant, User  # noqa: E402
+from kuitti.delivery.qr import issue_qr_code  # noqa: E402
+from kuitti.models import Card, Namespace, Partner, PartnerRole, ReceiptGrant, User  # noqa: E402
 from kuitti.models.cards import CardMatch, CardPurchase, CardTransaction  # noqa: E402
+from kuitti.models.oauth import Connection as AppConnection  # noqa: E402
+from kuitti.oauth.scopes import Scope  # noqa: E402
+from kuitti.oauth.tokens import issue_access_token  # noqa: E402
 from kuitti.partners.service import create_partner  # noqa: E402
 from kuitti.receipts.readers import encode_cursor  # noqa: E402
 from kuitti.receipts.sandbox import PURGE_BATCH, purge_batch  # noqa: E402
@@ -105,10 +114,12 @@ CASES = (
     "post Idempotency-Key",
     "post EMAIL",
     "post CARD",
+    "post QR",
+    "post USER",
     "list depth 0",
     "list deep",
 )
-HOLDERS = 200  # users an EMAIL or CARD token reaches at most (the small database has 200)
+HOLDERS = 200  # users a delivering token reaches at most (the small database has 200)
 ISSUER = "Bench Issuer"
 
 
@@ -126,6 +137,8 @@ class Instance:
     url_base: str = ""
     cursor: str = ""
     depth: int = 0
+    qr_codes: list[tuple[str, str]] = field(default_factory=list)  # (value, namespace)
+    user_tokens: list[str] = field(default_factory=list)
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -208,25 +221,96 @@ def enrol_cards(instance: Instance, count: int) -> None:
         db.engine.dispose()
 
 
+def app_tokens(instance: Instance, count: int) -> None:
+    """For the connections of ``user{i}@bench.example`` (``i`` < ``count``) to the app: a
+    dynamic QR code value each, valid for a day, and an access token each, the connection
+    given ``receipt:write`` first if it lacks it (what a ``USER`` token needs): what ``post
+    QR`` and ``post USER`` name."""
+    settings = Settings(
+        database_url=sqlalchemy_url(instance.url), secret_key=SECRET_KEY, log_level="WARNING"
+    )
+    db = Database(settings.resolved_database_url)
+    now = datetime.now(UTC)
+    emails = [f"user{i}@bench.example" for i in range(count)]
+    try:
+        with db.session() as session:
+            app = session.scalar(select(Partner).where(Partner.name == "Kuittisovellus"))
+            assert app is not None, "the fill's app is missing"
+            if not app.namespaces:
+                session.add(Namespace(name="benchapp", partner_id=app.id))
+                session.flush()
+                session.refresh(app)
+            found = session.execute(
+                select(User.email, AppConnection)
+                .join(AppConnection, AppConnection.user_id == User.id)
+                .where(User.email.in_(emails), AppConnection.partner_id == app.id)
+            )
+            connections = dict(found.tuples().all())
+            for email in emails:
+                connection = connections[email]
+                if Scope.RECEIPT_WRITE.value not in connection.scopes:
+                    connection.scope = f"{connection.scope} {Scope.RECEIPT_WRITE.value}"
+                code = issue_qr_code(session, connection, ttl_seconds=86_400, now=now)
+                instance.qr_codes.append((code.value, code.namespace))
+                instance.user_tokens.append(
+                    issue_access_token(session, settings, connection, app, code_hash=None, now=now)
+                )
+    finally:
+        db.engine.dispose()
+
+
+DELIVERING = ("post EMAIL", "post CARD", "post QR", "post USER")
+
+
+def post_body(kind: str, instance: Instance, holder: int, doc: dict[str, Any]) -> Any:
+    """What a ``kind`` post sends: ``doc`` alone, or in the token form with the case's token
+    for ``holder`` (a ``RECEIPT_ID``'s value is ``@@ID@@``, for the script to fill in)."""
+    namespace = instance.keys["merchants"][0]["namespace"]
+    tokens = {
+        "post RECEIPT_ID": {"type": "RECEIPT_ID", "namespace": namespace, "value": "@@ID@@"},
+        "post EMAIL": {"type": "EMAIL", "value": f"user{holder}@bench.example"},
+        "post CARD": {"type": "CARD", "id": f"bench-card-{holder}", "value": card_pan(holder)},
+    }
+    if instance.qr_codes:
+        value, qr_namespace = instance.qr_codes[holder]
+        tokens["post QR"] = {"type": "DYNAMIC_QR_CODE", "namespace": qr_namespace, "value": value}
+        tokens["post USER"] = {"type": "USER", "value": instance.user_tokens[holder]}
+    if kind in tokens:
+        return {"attributes": {"tokens": [tokens[kind]]}, "receipt": doc}
+    return doc
+
+
+def check_delivered(instance: Instance, kind: str) -> None:
+    """One ``kind`` post over HTTP, whose token must answer ``delivered``: the case measures
+    a delivery, not a token that reaches nobody."""
+    body = post_body(kind, instance, 0, realistic_receipt(random.Random(45), 0, 0))
+    answer = httpx.post(
+        f"{instance.url_base}/api/v1/receipts/",
+        json=body,
+        headers={"Authorization": f"Token {instance.keys['merchants'][0]['api_key']}"},
+        timeout=60,
+    )
+    statuses = [token["status"] for token in answer.json().get("tokens", [])]
+    assert answer.status_code == 200, (kind, answer.text[:300])
+    assert statuses == ["delivered"], (kind, answer.text[:300])
+
+
 def post_script(
-    path: Path, api_key: str, kind: str, namespace: str, holders: int, count: int = 200
+    path: Path,
+    api_key: str,
+    kind: str,
+    instance: Instance,
+    holders: int,
+    count: int = 200,
 ) -> None:
     """A wrk script posting ``count`` realistic card receipts in turn; for ``RECEIPT_ID`` and
     ``Idempotency-Key`` each post gets an identifier or key no post had (per run, thread and
-    request); ``EMAIL`` and ``CARD`` name ``holders`` users and cards in turn."""
+    request); ``EMAIL``, ``CARD``, ``QR`` and ``USER`` name ``holders`` users, cards, QR code
+    values and access tokens in turn."""
     rng = random.Random(44)
     heads, tails = [], []
     for number in range(count):
-        doc = realistic_receipt(rng, number, 0)
-        body: Any = doc
-        holder = number % holders
-        tokens = {
-            "post RECEIPT_ID": {"type": "RECEIPT_ID", "namespace": namespace, "value": "@@ID@@"},
-            "post EMAIL": {"type": "EMAIL", "value": f"user{holder}@bench.example"},
-            "post CARD": {"type": "CARD", "id": f"bench-card-{holder}", "value": card_pan(holder)},
-        }
-        if kind in tokens:
-            body = {"attributes": {"tokens": [tokens[kind]]}, "receipt": doc}
+        body = post_body(kind, instance, number % holders, realistic_receipt(rng, number, 0))
         head, _, tail = orjson.dumps(body).decode().partition("@@ID@@")
         heads.append(head)
         tails.append(tail)
@@ -454,6 +538,8 @@ def main() -> None:
             instance.cursor, instance.depth = deep_cursor(instance, args.depth)
             if "post CARD" in cases or "match" in only:
                 enrol_cards(instance, holders)
+            if "post QR" in cases or "post USER" in cases:
+                app_tokens(instance, holders)
             port = free_port()
             env = {
                 **os.environ,
@@ -468,6 +554,8 @@ def main() -> None:
             log = workdir / f"{instance.label}.log"
             stack.enter_context(running(command, env, f"http://127.0.0.1:{port}/healthz", log))
             instance.url_base = f"http://127.0.0.1:{port}"
+            for case in (case for case in cases if case in DELIVERING):
+                check_delivered(instance, case)
         stored = f"{full.keys['receipts']:,}" if "receipts" in full.keys else "(keys not given)"
         print(
             f"{args.database}: small {small.keys['receipts']:,} receipts (deep = {small.depth:,}),"
@@ -487,9 +575,7 @@ def main() -> None:
                         workdir / f"{instance.label}-{round_number}-{case.replace(' ', '_')}.lua"
                     )
                     if case.startswith("post"):
-                        post_script(
-                            script, merchant["api_key"], case, merchant["namespace"], holders
-                        )
+                        post_script(script, merchant["api_key"], case, instance, holders)
                         target = f"{instance.url_base}/api/v1/receipts/"
                     else:
                         query = "?limit=50" + (
