@@ -6,7 +6,6 @@ SQLite ``--cold``: out of the cache first, so the turn read from storage)."""
 from __future__ import annotations
 
 import re
-import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 
-import psycopg
 import pytest
 from sqlalchemy import select
 
@@ -22,7 +20,7 @@ from kuitti.clock import as_utc
 from kuitti.db import Database
 from kuitti.models import Partner, ReceiptGrant
 from kuitti.models.receipts import GrantReason
-from tests.conftest import BACKEND, PG_ADMIN_URL
+from tests.conftest import BACKEND
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 COLD = ["--cold"] if BACKEND == "sqlite" else []
@@ -43,18 +41,10 @@ def scale(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, ModuleType]:
 
 
 @pytest.fixture
-def url(tmp_path: Path) -> Iterator[str]:
-    if BACKEND == "sqlite":
-        yield f"sqlite:///{tmp_path / 'filled.db'}"
-        return
-    name = f"kuitti_test_scale_{secrets.token_hex(4)}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{PG_ADMIN_URL.rpartition('/')[0]}/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def url(scale: tuple[ModuleType, ModuleType], tmp_path: Path) -> Iterator[str]:
+    """A new database of the backend's, made and dropped by the bench's own ``new_database``."""
+    with scale[1].new_database(BACKEND, tmp_path, "filled") as made:
+        yield made
 
 
 def test_a_delete_run_prints_every_turns_figures() -> None:
