@@ -29,7 +29,18 @@ every case is measured against both in turns, ``--rounds`` times, one ``--second
   ``PURGE_BATCH`` (100 on SQLite, 500 on PostgreSQL); receipts deleted per second, the slowest
   batch and the longest write transaction. It needs no server and no keys: with ``--only
   delete`` none is started, and without ``--full-keys`` the full database's receipts are
-  counted past their retention from today.
+  counted past their retention from today;
+- ``retire``: not over HTTP either: retention's own deletes
+  (``kuitti.retention.delete_expired_receipts``: per partner, oldest first, batches of
+  ``RECEIPT_BATCH``, read ahead on SQLite) with a retention of ``RETENTION_DAYS`` and the clock
+  where the oldest ``--delete-receipts`` production receipts are past it; the same figures.
+
+Each delete turn also says the pages it read from storage a receipt (``read_bytes`` of
+``/proc/self/io`` ÷ 4096) and this process's CPU a receipt. With ``--cold`` (SQLite) the
+database file and its write-ahead log are put out of the operating system's cache before each
+turn (``fsync``, then ``posix_fadvise`` ``DONTNEED``; what ``fincore`` still finds is printed),
+as the pages of receipts a year old are in a service: reproducible without root's
+``drop_caches``.
 
 The answer is each case's rate and p99 on both, and full ÷ small. The machine's two cores are
 shared (other work may be running): a ratio from slices in turns is what to read, not a rate.
@@ -42,6 +53,8 @@ sandbox receipts (``--small-sandbox-share``), so it has as many to delete in eve
     .venv/bin/python bench/scale.py --database sqlite --full /tmp/full.db --full-keys full.json \\
         --only list,delete
     .venv/bin/python bench/scale.py --database sqlite --full /tmp/full.db --only delete
+    .venv/bin/python bench/scale.py --database sqlite --full /tmp/full.db --only retire,delete \\
+        --cold
 
 A full database given with ``--full`` gains the receipts posted and loses the receipts deleted
 in each run; fill it again (``bench/fill.py``) when it runs out of sandbox receipts.
@@ -56,13 +69,14 @@ import json
 import os
 import random
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
@@ -93,18 +107,21 @@ from sqlalchemy import Connection, event, func, select  # noqa: E402
 from kuitti.asgi import RUN_WORKER_ENV  # noqa: E402
 from kuitti.cards.service import check_card_request, enroll_card  # noqa: E402
 from kuitti.cards.settler import settle_due_matches  # noqa: E402
-from kuitti.clock import SystemClock  # noqa: E402
+from kuitti.clock import FrozenClock, SystemClock, as_utc  # noqa: E402
 from kuitti.config import Settings  # noqa: E402
 from kuitti.db import Database  # noqa: E402
 from kuitti.delivery.qr import issue_qr_code  # noqa: E402
 from kuitti.models import Card, Namespace, Partner, PartnerRole, ReceiptGrant, User  # noqa: E402
 from kuitti.models.cards import CardMatch, CardPurchase, CardTransaction  # noqa: E402
 from kuitti.models.oauth import Connection as AppConnection  # noqa: E402
+from kuitti.models.receipts import GrantReason  # noqa: E402
 from kuitti.oauth.scopes import Scope  # noqa: E402
 from kuitti.oauth.tokens import issue_access_token  # noqa: E402
 from kuitti.partners.service import create_partner  # noqa: E402
+from kuitti.readahead import storage_reads  # noqa: E402
 from kuitti.receipts.readers import encode_cursor  # noqa: E402
 from kuitti.receipts.sandbox import PURGE_BATCH, purge_batch  # noqa: E402
+from kuitti.retention import delete_expired_receipts  # noqa: E402
 from kuitti.security import SecretBox  # noqa: E402
 from kuitti.services import Services  # noqa: E402
 
@@ -362,17 +379,6 @@ wrk.headers["Authorization"] = "Token {api_key}"
 
 
 @dataclass
-class DeleteTurn:
-    """Receipts deleted per second over a turn's purge batches, the slowest batch and the
-    longest write transaction in ms (on SQLite, what a post may wait for), how many deleted."""
-
-    rate: float
-    slowest_ms: float
-    longest_write_ms: float
-    deleted: int
-
-
-@dataclass
 class MatchTurn:
     """Matching new receipts whose card's auth is stored: the matching step's time per receipt
     (``settle_due_matches``, as the worker runs it after the receipt's commit), in ms, and how
@@ -461,13 +467,60 @@ def match_turn(instance: Instance, receipts: int, workdir: Path, seed: int) -> M
     return MatchTurn(steps, matched)
 
 
-def delete_turn(instance: Instance, receipts: int) -> DeleteTurn:
-    """Purge batches of ``receipts`` in all on ``instance``'s database."""
-    db = Database(sqlalchemy_url(instance.url))
-    batches = -(-receipts // PURGE_BATCH[db.dialect])
-    until = instance.keys.get("until")
-    now = datetime.fromisoformat(until) if until else datetime.now(UTC)
+RETENTION_DAYS = 335
+"""The retention the ``retire`` case sets (``KUITTI_RECEIPT_RETENTION_DAYS``): at the fill's
+``--until`` its oldest month is past it."""
+
+
+def sqlite_files(instance: Instance) -> list[Path]:
+    """The SQLite database file of ``instance`` and its write-ahead log, where they exist."""
+    path = Path(instance.url.removeprefix("sqlite:///"))
+    return [f for f in (path, path.with_name(path.name + "-wal")) if f.exists()]
+
+
+def evict(instance: Instance) -> int | None:
+    """Put ``instance``'s SQLite files out of the operating system's cache (written out first:
+    only clean pages can go), as a database nobody has read for months is; the bytes of them
+    still in memory afterwards, as ``fincore`` counts them (None where it is missing)."""
+    files = sqlite_files(instance)
+    for file in files:
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    if shutil.which("fincore") is None:
+        return None
+    answer = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--output", "RES", *map(str, files)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return sum(int(line) for line in answer.stdout.split())
+
+
+@dataclass
+class DeleteTurn:
+    """Receipts deleted per second over a turn's batches, the slowest batch and the longest
+    write transaction in ms (on SQLite, what a post may wait for), how many deleted, the pages
+    read from storage a receipt (``/proc/self/io``; None where it is missing), the CPU of this
+    process a receipt in ms, and after ``--cold`` the bytes of the files left in memory."""
+
+    rate: float
+    slowest_ms: float
+    longest_write_ms: float
+    deleted: int
+    pages_per_receipt: float | None
+    cpu_ms: float
+    resident: int | None = None
+
+
+def timed_deletes(db: Database, run: Callable[[], int]) -> DeleteTurn:
+    """Run ``run`` (deleting in batches of one write transaction each; how many it deleted) on
+    ``db`` and measure it: a batch is the time from the turn's start or the last batch's commit
+    to its own commit (finding its receipts, reading ahead, writing)."""
     writes: list[float] = []
+    commits: list[float] = []
 
     @event.listens_for(db.engine, "begin")
     def _began(connection: Connection) -> None:
@@ -477,22 +530,106 @@ def delete_turn(instance: Instance, receipts: int) -> DeleteTurn:
     @event.listens_for(db.engine, "commit")
     def _committed(connection: Connection) -> None:
         if "began" in connection.info:
-            writes.append(time.perf_counter() - connection.info.pop("began"))
+            commits.append(time.perf_counter())
+            writes.append(commits[-1] - connection.info.pop("began"))
 
-    deleted, slowest, began = 0, 0.0, time.perf_counter()
+    reads, cpu, began = storage_reads(), time.process_time(), time.perf_counter()
     try:
+        deleted = run()
+    finally:
+        db.engine.dispose()
+    seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
+    read = storage_reads()
+    pages = None
+    if deleted and read is not None and reads is not None:
+        pages = (read - reads) / 4096 / deleted
+    batches = [b - a for a, b in zip([began, *commits], commits, strict=False)]
+    return DeleteTurn(
+        deleted / seconds if deleted else 0.0,
+        max(batches, default=0.0) * 1000,
+        max(writes, default=0.0) * 1000,
+        deleted,
+        pages,
+        cpu * 1000 / deleted if deleted else 0.0,
+    )
+
+
+def describe(turn: DeleteTurn) -> str:
+    """A turn's figures on one line."""
+    pages = "?" if turn.pages_per_receipt is None else f"{turn.pages_per_receipt:.1f}"
+    left = "" if turn.resident is None else f"; {turn.resident / 2**20:.1f} MiB left in cache"
+    return (
+        f"{turn.rate:>7.0f}/s  slowest batch {turn.slowest_ms:.0f} ms, longest write"
+        f" {turn.longest_write_ms:.0f} ms ({turn.deleted} receipts, {pages} pages read and"
+        f" {turn.cpu_ms:.2f} ms CPU a receipt{left}); load average {os.getloadavg()[0]:.1f}"
+    )
+
+
+def delete_turn(instance: Instance, receipts: int, cold: bool) -> DeleteTurn:
+    """Purge batches of ``receipts`` in all on ``instance``'s database; with ``cold``, its files
+    put out of the cache first."""
+    resident = evict(instance) if cold else None
+    db = Database(sqlalchemy_url(instance.url))
+    batches = -(-receipts // PURGE_BATCH[db.dialect])
+    until = instance.keys.get("until")
+    now = datetime.fromisoformat(until) if until else datetime.now(UTC)
+
+    def purge() -> int:
+        deleted = 0
         for _ in range(batches):
-            start = time.perf_counter()
             found, count = purge_batch(db, now=now, retention_days=7)
-            slowest = max(slowest, time.perf_counter() - start)
             deleted += count
             if found < PURGE_BATCH[db.dialect]:
                 break
-    finally:
-        db.engine.dispose()
-    seconds = time.perf_counter() - began
-    rate = deleted / seconds if deleted else 0.0
-    return DeleteTurn(rate, slowest * 1000, max(writes, default=0.0) * 1000, deleted)
+        return deleted
+
+    turn = timed_deletes(db, purge)
+    turn.resident = resident
+    return turn
+
+
+def retention_cutoff(db: Database, receipts: int) -> datetime | None:
+    """The receipt time before which the oldest ``receipts`` production receipts lie (their
+    partners' posted grants, through the grants' listing index: up to ``receipts`` entries a
+    partner); None if there are no more."""
+    times: list[datetime] = []
+    with db.session(write=False) as session:
+        partners = session.scalars(select(Partner.id).where(Partner.sandbox.is_(False))).all()
+        for partner in partners:
+            oldest = (
+                select(ReceiptGrant.receipt_time)
+                .where(
+                    ReceiptGrant.partner_id == partner, ReceiptGrant.reason == GrantReason.POSTED
+                )
+                .order_by(ReceiptGrant.receipt_time)
+                .limit(receipts + 1)
+            )
+            times += session.scalars(oldest)
+    times.sort()
+    return as_utc(times[min(receipts, len(times) - 1)]) if times else None
+
+
+def retire_turn(instance: Instance, receipts: int, workdir: Path, cold: bool) -> DeleteTurn:
+    """Retention's own deletes (``kuitti.retention.delete_expired_receipts``: per partner,
+    oldest first, batches of ``RECEIPT_BATCH``, read ahead on SQLite) with a retention of
+    ``RETENTION_DAYS`` and the clock where the oldest ``receipts`` production receipts are past
+    it. With ``cold``, the files are put out of the cache after the clock is found."""
+    settings = Settings(
+        database_url=sqlalchemy_url(instance.url),
+        var_dir=workdir / f"var-{instance.label}",
+        secret_key=SECRET_KEY,
+        log_level="WARNING",
+        receipt_retention_days=RETENTION_DAYS,
+    )
+    db = Database(settings.resolved_database_url)
+    cutoff = retention_cutoff(db, receipts)
+    db.engine.dispose()
+    resident = evict(instance) if cold else None
+    clock = FrozenClock((cutoff or datetime.now(UTC)) + timedelta(days=RETENTION_DAYS))
+    services = Services(settings=settings, db=db, clock=clock)
+    turn = timed_deletes(db, lambda: delete_expired_receipts(services) if cutoff else 0)
+    turn.resident = resident
+    return turn
 
 
 def main() -> None:
@@ -511,9 +648,16 @@ def main() -> None:
     parser.add_argument("--delete-receipts", type=int, default=1000)
     parser.add_argument("--match-receipts", type=int, default=100, help="per turn of match")
     parser.add_argument(
-        "--only", default="post,list,delete", help="post, list, delete, match, or cases by name"
+        "--only",
+        default="post,list,delete",
+        help="post, list, delete, retire, match, or cases by name",
+    )
+    parser.add_argument(
+        "--cold", action="store_true", help="SQLite: files out of the cache before each delete"
     )
     args = parser.parse_args()
+    if args.cold and args.database != "sqlite":
+        parser.error("--cold is for SQLite's files")
     only = set(args.only.split(","))
     cases = [c for c in CASES if c.split()[0] in only or c in only]
 
@@ -565,7 +709,7 @@ def main() -> None:
             flush=True,
         )
         runs: dict[tuple[str, str], list[WrkRun]] = {}
-        deletes: dict[str, list[DeleteTurn]] = {"small": [], "full": []}
+        deletes: dict[tuple[str, str], list[DeleteTurn]] = {}
         matches: dict[str, list[MatchTurn]] = {"small": [], "full": []}
         for round_number in range(args.rounds):
             for case in cases:
@@ -597,14 +741,15 @@ def main() -> None:
                           f" step median {statistics.median(match.step_ms):.2f} ms, p99"
                           f" {p99(match.step_ms):.2f} ms; matched {match.matched}"
                           f" of {len(match.step_ms)}", flush=True)  # fmt: skip
-            if "delete" in only:
-                for instance in instances:
-                    turn = delete_turn(instance, args.delete_receipts)
-                    deletes[instance.label].append(turn)
-                    print(f"  round {round_number + 1} {'delete':<22} {instance.label:<5}"
-                          f" {turn.rate:>7.0f}/s  slowest batch {turn.slowest_ms:.0f} ms, longest"
-                          f" write {turn.longest_write_ms:.0f} ms ({turn.deleted} receipts)",
-                          flush=True)  # fmt: skip
+            for kind in ("delete", "retire") if only & {"delete", "retire"} else ():
+                for instance in instances if kind in only else ():
+                    if kind == "delete":
+                        turn = delete_turn(instance, args.delete_receipts, args.cold)
+                    else:
+                        turn = retire_turn(instance, args.delete_receipts, workdir, args.cold)
+                    deletes.setdefault((kind, instance.label), []).append(turn)
+                    print(f"  round {round_number + 1} {kind:<22} {instance.label:<5}"
+                          f" {describe(turn)}", flush=True)  # fmt: skip
         print("\ncase                    small /s  p99 ms    full /s  p99 ms   rate ÷   p99 ×")
         for case in cases:
             a, b = runs[(case, "small")], runs[(case, "full")]
@@ -615,16 +760,21 @@ def main() -> None:
             print(f"{case:<22} {rate_a:>9.0f} {p99_a:>7.1f} {rate_b:>10.0f} {p99_b:>7.1f}"
                   f" {rate_b / rate_a:>8.2f} {p99_b / p99_a:>7.2f}"
                   + (f"  non-2xx {errors}" if errors else ""))  # fmt: skip
-        if "delete" in only and deletes["small"] and deletes["full"]:
-            a_rate = sum(t.rate for t in deletes["small"]) / len(deletes["small"])
-            b_rate = sum(t.rate for t in deletes["full"]) / len(deletes["full"])
-            a_slow = max(t.slowest_ms for t in deletes["small"])
-            b_slow = max(t.slowest_ms for t in deletes["full"])
-            print(f"{'delete (slowest batch)':<22} {a_rate:>9.0f} {a_slow:>7.0f} {b_rate:>10.0f}"
-                  f" {b_slow:>7.0f} {b_rate / a_rate:>8.2f} {b_slow / a_slow:>7.2f}")  # fmt: skip
-            a_write = max(t.longest_write_ms for t in deletes["small"])
-            b_write = max(t.longest_write_ms for t in deletes["full"])
-            print(f"longest write transaction: small {a_write:.0f} ms, full {b_write:.0f} ms")
+        for kind in ("delete", "retire"):
+            ta, tb = deletes.get((kind, "small"), []), deletes.get((kind, "full"), [])
+            if ta and tb and all(t.deleted for t in ta + tb):
+                a_rate, b_rate = (
+                    statistics.mean(t.rate for t in ta),
+                    statistics.mean(t.rate for t in tb),
+                )
+                a_slow, b_slow = max(t.slowest_ms for t in ta), max(t.slowest_ms for t in tb)
+                print(f"{kind + ' (slowest batch)':<22} {a_rate:>9.0f} {a_slow:>7.0f}"
+                      f" {b_rate:>10.0f} {b_slow:>7.0f} {b_rate / a_rate:>8.2f}"
+                      f" {b_slow / a_slow:>7.2f}")  # fmt: skip
+                a_write = max(t.longest_write_ms for t in ta)
+                b_write = max(t.longest_write_ms for t in tb)
+                print(f"  longest write transaction: small {a_write:.0f} ms, full {b_write:.0f} ms"
+                      f"{' (cold)' if args.cold else ''}")  # fmt: skip
         if matches["small"] and matches["full"]:
             a_steps = [ms for turn in matches["small"] for ms in turn.step_ms]
             b_steps = [ms for turn in matches["full"] for ms in turn.step_ms]
