@@ -181,6 +181,14 @@ def main() -> None:
     header = f"{'tree':<12} {'kind':<6} {'statements':>10} {'UPDATE receipts':>15}"
     print(f"{header} {'WAL B least':>11} {'median':>7} {'ratio':>6} {'CPU ms':>7} {'ratio':>6}")
     summary: dict[str, dict[str, float]] = {}
+
+    def wal_columns(i: int, kind: str) -> str:
+        if args.database != "postgresql":
+            return f"{'-':>11} {'-':>7} {'-':>6}"
+        least = min(r[kind]["wal"] for r in rounds[i])
+        median = statistics.median(r[kind]["wal"] for r in rounds[i])
+        return f"{least:11.0f} {median:7.0f} {least / summary[kind]['wal']:6.2f}"
+
     for i, tree in enumerate(trees):
         for kind in KINDS:
             least = min(r[kind]["wal"] for r in rounds[i])
@@ -188,9 +196,7 @@ def main() -> None:
             first = summary.setdefault(kind, {"wal": least, "cpu": cpu})
             print(
                 f"{tree.name[:12]:<12} {kind:<6} {rounds[i][0][kind]['statements']:10.1f} "
-                f"{rounds[i][0][kind]['updates']:15.2f} {least:11.0f} "
-                f"{statistics.median(r[kind]['wal'] for r in rounds[i]):7.0f} "
-                f"{least / first['wal'] if first['wal'] else 0:6.2f} {cpu:7.2f} "
+                f"{rounds[i][0][kind]['updates']:15.2f} {wal_columns(i, kind)} {cpu:7.2f} "
                 f"{cpu / first['cpu']:6.2f}"
             )
 
