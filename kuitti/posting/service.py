@@ -244,7 +244,7 @@ def receipt_rows(
     now: datetime,
 ) -> ReceiptRows:
     """The rows of a new receipt of ``request`` posted by ``poster``, linked under its
-    RECEIPT_IDs ``ids`` (namespace, identifier), its tokens' ``statuses`` as far as known;
+    RECEIPT_IDs ``ids`` (namespace, identifier), with its tokens' ``statuses``;
     its signature is made by ``ReceiptRows.sign`` before the rows are stored.
 
     The one builder of a receipt's rows: the batch inserts them as they are, ``_store`` as
