@@ -2,12 +2,13 @@
 
 A return (a RETURN or PURCHASE_AND_RETURN receipt, or one with a negative row) may name its
 original by ``originalReceiptId`` or by ``originalReceipt`` (number, time, branch). At ingest,
-``link_return`` looks the original up among the receipts the same merchant posted — the same
-partner and the same ``merchant.companyID`` — and, when it finds exactly one, links the two and
-gives the return to everyone the purchase reached: its users (and through them their apps'
-connections) and the issuers of the cards it matched. Whoever the purchase reaches later gets its
-returns too (``kuitti.delivery.service``). A receipt of another merchant is never linked, and the
-answer is then the same as for one that does not exist.
+``find_original`` looks the original up among the receipts the same merchant posted — the same
+partner and the same ``merchant.companyID`` — and, when it finds exactly one, the return is
+stored linked to it; ``follow_original`` then gives the return to everyone the purchase reached:
+its users (and through them their apps' connections) and the issuers of the cards it matched.
+Whoever the purchase reaches later gets its returns too (``kuitti.delivery.service``). A receipt
+of another merchant is never linked, and the answer is then the same as for one that does not
+exist.
 
 What the renderings show of the relation is read by ``kuitti.receipts.relations``.
 """
@@ -50,25 +51,33 @@ class OriginalOutcome:
         return body
 
 
-def link_return(
-    session: Session,
-    partner: Partner,
-    receipt: Receipt,
-    document: ReceiptDocument,
-    *,
-    now: datetime,
-) -> OriginalOutcome:
-    """Link a return being ingested (``document.names_original``) to the original it names, and
-    give it to everyone the original reached. Runs in ingest's unit of work, before the receipt's
-    own tokens are delivered (so their notifications carry the relation too)."""
-    candidates = _candidates(session, partner, receipt.id, document)
+@dataclass(frozen=True)
+class FoundOriginal:
+    """What ``find_original`` found: the answer's outcome, and the original when linked."""
+
+    outcome: OriginalOutcome
+    original: Receipt | None = None
+
+
+def find_original(session: Session, partner: Partner, document: ReceiptDocument) -> FoundOriginal:
+    """The original a return being ingested names (``document.names_original``), locked; read
+    before the return is stored, so that its row is inserted with its ``original_receipt_id``
+    (``follow_original`` then does the rest once it is stored)."""
+    candidates = _candidates(session, partner, document)
     if len(candidates) != 1:
         status = OriginalStatus.AMBIGUOUS if candidates else OriginalStatus.NOT_FOUND
-        return OriginalOutcome(status)
+        return FoundOriginal(OriginalOutcome(status))
     original = candidates[0]
-    receipt.original_receipt_id = original.id
+    return FoundOriginal(OriginalOutcome(OriginalStatus.LINKED, original.id), original)
+
+
+def follow_original(
+    session: Session, receipt: Receipt, original: Receipt, *, now: datetime
+) -> None:
+    """Count the stored return ``receipt`` among its ``original``'s returns, and give it to
+    everyone the original reached. Runs in ingest's unit of work, before the receipt's own
+    tokens are delivered (so their notifications carry the relation too)."""
     original.return_count += 1
-    session.flush()
     deliveries = session.scalars(
         select(ReceiptDelivery.user_id)
         .where(ReceiptDelivery.receipt_id == original.id)
@@ -78,7 +87,6 @@ def link_return(
         deliver_to_user(session, receipt, user_id, via="return", now=now, follow_returns=False)
     for card in _granting_cards(session, original):
         grant_via_card(session, receipt, card, follow_returns=False)
-    return OriginalOutcome(OriginalStatus.LINKED, original.id)
 
 
 def stored_outcome(receipt: Receipt) -> OriginalOutcome | None:
@@ -91,12 +99,10 @@ def stored_outcome(receipt: Receipt) -> OriginalOutcome | None:
     return None
 
 
-def _candidates(
-    session: Session, partner: Partner, receipt_id: uuid.UUID, document: ReceiptDocument
-) -> list[Receipt]:
+def _candidates(session: Session, partner: Partner, document: ReceiptDocument) -> list[Receipt]:
     """The poster's own receipts that match the reference, locked for update (a concurrent
     delivery of the original then waits for this link, or this link sees it)."""
-    query = select(Receipt).where(Receipt.partner_id == partner.id, Receipt.id != receipt_id)
+    query = select(Receipt).where(Receipt.partner_id == partner.id)
     branch_id: str | None = None
     if document.originalReceiptId is not None:
         query = query.where(Receipt.id == uuid.UUID(document.originalReceiptId))

@@ -47,7 +47,7 @@ from kuitti.models.receipts import GrantReason
 from kuitti.partners.keys import KeyHolder, key_holder_reads, key_holders_read
 from kuitti.posting import returns
 from kuitti.posting.checks import LinkPlan, TokenCheck, check_body, check_tokens
-from kuitti.posting.tokens import Status, TokenStatus, deliver_tokens
+from kuitti.posting.tokens import Status, TokenStatus, resolve_tokens
 from kuitti.receipts.validation import ReceiptRequest, TokenType
 from kuitti.security import SecretBox
 
@@ -175,30 +175,37 @@ def _store(
     now: datetime,
 ) -> CreatedReceipt:
     """Store a new receipt's rows, then what only some receipts need: the link of a return to
-    its original, and the deliveries of its tokens."""
+    its original, and the deliveries of its tokens.
+
+    Whom the tokens reach and which original a return names are read first, so that the
+    receipt's row is inserted once as it stays (its tokens' statuses, its original): an update
+    of it afterwards would be a second version of the row (on PostgreSQL a dead tuple, its WAL
+    and a page read). The deliveries refer to the row, so they are written after it."""
+    doc = request.receipt
+    found = returns.find_original(session, partner, doc) if doc.names_original else None
+    deliveries = resolve_tokens(session, settings, request.tokens, sandbox=partner.sandbox, now=now)
     key = signatures.current_key(session, SecretBox(settings.resolved_secret_key), now=now)
-    rows = receipt_rows(partner, request, _receipt_ids(request), [], now=now)
+    rows = receipt_rows(partner, request, _receipt_ids(request), deliveries.statuses, now=now)
     rows.sign(key, settings.issuer)
     receipt = Receipt(**rows.receipt)
+    if found is not None and found.original is not None:
+        receipt.original_receipt_id = found.original.id
     session.add(receipt)
     receipt_log.enter(session, [receipt], now=now)
     session.add(ReceiptGrant(**rows.grant))
     session.flush()
     session.add_all([ReceiptLink(**link) for link in rows.links])
-    doc = request.receipt
-    original = (
-        returns.link_return(session, partner, receipt, doc, now=now) if doc.names_original else None
-    )
-    statuses = deliver_tokens(session, settings, receipt, request.tokens, now=now)
-    receipt.token_statuses = _statuses_json(statuses)
+    if found is not None and found.original is not None:
+        returns.follow_original(session, receipt, found.original, now=now)
+    deliveries.apply(session, settings, receipt, now=now)
     database_of(session).insert_rows(session, card_payment_inserts(session, rows.payments))
     _count_stored(session, 1)
     return CreatedReceipt(
         receipt_id=receipt.id,
         receipt_links=[p.url for p in plans],
-        tokens=statuses,
+        tokens=deliveries.statuses,
         receipt_web_url=links.private_link(settings, receipt.id),
-        original=original,
+        original=found.outcome if found is not None else None,
     )
 
 
@@ -237,7 +244,7 @@ def receipt_rows(
     now: datetime,
 ) -> ReceiptRows:
     """The rows of a new receipt of ``request`` posted by ``poster``, linked under its
-    RECEIPT_IDs ``ids`` (namespace, identifier), its tokens' ``statuses`` as far as known;
+    RECEIPT_IDs ``ids`` (namespace, identifier), with its tokens' ``statuses``;
     its signature is made by ``ReceiptRows.sign`` before the rows are stored.
 
     The one builder of a receipt's rows: the batch inserts them as they are, ``_store`` as
