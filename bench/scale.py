@@ -262,7 +262,7 @@ def app_tokens(instance: Instance, count: int) -> None:
                 .join(AppConnection, AppConnection.user_id == User.id)
                 .where(User.email.in_(emails), AppConnection.partner_id == app.id)
             )
-            connections = dict(found.tuples().all())
+            connections = {row[0]: row[1] for row in found}
             for email in emails:
                 connection = connections[email]
                 if Scope.RECEIPT_WRITE.value not in connection.scopes:
