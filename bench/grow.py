@@ -17,7 +17,7 @@ bench go to the current month's partition). Each receipt's rows move with it, by
 shift: its id's time prefix (``kuitti.months``: ids say their month) and the ids of its rows
 (grants, card payments, webhooks, e-mails), its receipt time and the stamps in its document,
 card payment and webhook, every ``created_at`` and later time. What must stay unique gets
-``-g<grow>c<copy>`` appended (the grow's moment in seconds, mod 100,000, and the copy's number):
+``-g<grow>c<copy>`` appended (the grow's moment in milliseconds, mod 10**8, and the copy's number):
 the receipt number (in the document too), the ``RECEIPT_ID`` identifier, the
 ``Idempotency-Key``; a private e-mail link gets a new random part. The hashes
 that follow the document (the resend hash, an idempotency record's request hash) are computed
@@ -116,7 +116,8 @@ def copy_chunk(pg: psycopg.Connection, copy: int, chunk: Chunk, shift: dict[str,
     """Copy ``chunk``'s receipts (``shift["share"]`` of 2**24 of them, by their ids' random
     bits) and their rows, each moved by its shift, in one transaction; False if an earlier
     run copied them (a grow that was stopped goes on where it was)."""
-    suffix = f"-g{shift['now'] // 1000 % 100_000:05d}c{copy}"  # unique to the grow and copy
+    # Unique to the grow and copy: two grows a second apart (as a test makes) differ too.
+    suffix = f"-g{shift['now'] % 100_000_000:08d}c{copy}"
     params = {**chunk.params, **shift, "suffix": suffix}
     run = functools.partial(pg.execute, params=params)
     with pg.transaction():

@@ -753,12 +753,10 @@ class Database:
             return
         # SQLAlchemy's connect arguments (the type adapters of its dialect), then libpq's URL.
         _args, connect = self.engine.dialect.create_connect_args(self.engine.url)
-        # Every connection opened at once: a burst that found the pool still growing would
-        # count the connections being opened as taken, and be refused after the busy wait.
         pool = AsyncConnectionPool(
             self.conninfo,
             kwargs={**connect, **self._connect_args, "autocommit": True},
-            min_size=ASYNC_READ_CONNECTIONS,
+            min_size=1,
             max_size=ASYNC_READ_CONNECTIONS,
             timeout=self.async_read_wait,
             open=False,

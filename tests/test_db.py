@@ -23,7 +23,6 @@ from sqlalchemy.orm import Session
 
 import kuitti.db
 from kuitti.db import (
-    ASYNC_READ_CONNECTIONS,
     SQLITE_BUSY_TIMEOUT_MS,
     UNNEST_FROM_ROWS,
     ZSTD_FRAME,
@@ -222,31 +221,6 @@ def test_an_async_read_outlives_a_connection_ended_while_idle(services: Services
     try:
         first, second = asyncio.run(scenario())
         assert second != first
-    finally:
-        db.dispose()
-
-
-@pytest.mark.postgres_only
-def test_the_async_read_pool_opens_all_its_connections_before_the_first_read(
-    services: Services,
-) -> None:
-    """A burst of reads that met a pool still opening connections took them for taken, and
-    was refused after the busy wait; the pool opens every connection up front instead."""
-    db = Database(services.db.url, pool_size=1)
-
-    async def scenario() -> dict[str, int]:
-        await db.open_async_reads()
-        try:
-            pool = db._async_pools[asyncio.get_running_loop()]
-            await pool.wait(timeout=10)
-            return pool.get_stats()
-        finally:
-            await db.close_async_reads()
-
-    try:
-        stats = asyncio.run(scenario())
-        assert stats["pool_size"] == stats["pool_max"] == ASYNC_READ_CONNECTIONS
-        assert stats["pool_available"] == ASYNC_READ_CONNECTIONS
     finally:
         db.dispose()
 
