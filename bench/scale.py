@@ -164,6 +164,17 @@ def sqlalchemy_url(url: str) -> str:
     return url
 
 
+def settings_of(instance: Instance, workdir: Path, **more: Any) -> Settings:
+    """The settings of ``instance``'s server, for work the bench does on its database itself."""
+    return Settings(
+        database_url=sqlalchemy_url(instance.url),
+        var_dir=workdir / f"var-{instance.label}",
+        secret_key=SECRET_KEY,
+        log_level="WARNING",
+        **more,
+    )
+
+
 @contextmanager
 def new_database(kind: str, workdir: Path, name: str) -> Iterator[str]:
     if kind == "sqlite":
@@ -238,14 +249,12 @@ def enrol_cards(instance: Instance, count: int) -> None:
         db.engine.dispose()
 
 
-def app_tokens(instance: Instance, count: int) -> None:
+def app_tokens(instance: Instance, count: int, workdir: Path) -> None:
     """For the connections of ``user{i}@bench.example`` (``i`` < ``count``) to the app: a
     dynamic QR code value each, valid for a day, and an access token each, the connection
     given ``receipt:write`` first if it lacks it (what a ``USER`` token needs): what ``post
     QR`` and ``post USER`` name."""
-    settings = Settings(
-        database_url=sqlalchemy_url(instance.url), secret_key=SECRET_KEY, log_level="WARNING"
-    )
+    settings = settings_of(instance, workdir)
     db = Database(settings.resolved_database_url)
     now = datetime.now(UTC)
     emails = [f"user{i}@bench.example" for i in range(count)]
@@ -398,12 +407,7 @@ def match_turn(instance: Instance, receipts: int, workdir: Path, seed: int) -> M
     the full database's stored card payments share), and time the matching step after each.
     Payments queued before the turn (the posts of other cases) are decided first, untimed."""
     rng = random.Random(seed)
-    settings = Settings(
-        database_url=sqlalchemy_url(instance.url),
-        var_dir=workdir / f"var-{instance.label}",
-        secret_key=SECRET_KEY,
-        log_level="WARNING",
-    )
+    settings = settings_of(instance, workdir)
     services = Services(
         settings=settings, db=Database(settings.resolved_database_url), clock=SystemClock()
     )
@@ -614,13 +618,7 @@ def retire_turn(instance: Instance, receipts: int, workdir: Path, cold: bool) ->
     oldest first, batches of ``RECEIPT_BATCH``, read ahead on SQLite) with a retention of
     ``RETENTION_DAYS`` and the clock where the oldest ``receipts`` production receipts are past
     it. With ``cold``, the files are put out of the cache after the clock is found."""
-    settings = Settings(
-        database_url=sqlalchemy_url(instance.url),
-        var_dir=workdir / f"var-{instance.label}",
-        secret_key=SECRET_KEY,
-        log_level="WARNING",
-        receipt_retention_days=RETENTION_DAYS,
-    )
+    settings = settings_of(instance, workdir, receipt_retention_days=RETENTION_DAYS)
     db = Database(settings.resolved_database_url)
     cutoff = retention_cutoff(db, receipts)
     db.engine.dispose()
@@ -683,7 +681,7 @@ def main() -> None:
             if "post CARD" in cases or "match" in only:
                 enrol_cards(instance, holders)
             if "post QR" in cases or "post USER" in cases:
-                app_tokens(instance, holders)
+                app_tokens(instance, holders, workdir)
             port = free_port()
             env = {
                 **os.environ,

@@ -188,15 +188,16 @@ def _store(
     rows = receipt_rows(partner, request, _receipt_ids(request), deliveries.statuses, now=now)
     rows.sign(key, settings.issuer)
     receipt = Receipt(**rows.receipt)
-    if found is not None and found.original is not None:
-        receipt.original_receipt_id = found.original.id
+    original = found.original if found is not None else None
+    if original is not None:
+        receipt.original_receipt_id = original.id
     session.add(receipt)
     receipt_log.enter(session, [receipt], now=now)
     session.add(ReceiptGrant(**rows.grant))
     session.flush()
     session.add_all([ReceiptLink(**link) for link in rows.links])
-    if found is not None and found.original is not None:
-        returns.follow_original(session, receipt, found.original, now=now)
+    if original is not None:
+        returns.follow_original(session, receipt, original, now=now)
     deliveries.apply(session, settings, receipt, now=now)
     database_of(session).insert_rows(session, card_payment_inserts(session, rows.payments))
     _count_stored(session, 1)

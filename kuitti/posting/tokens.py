@@ -28,7 +28,7 @@ e-mail.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import assert_never
@@ -193,8 +193,7 @@ class _Resolver:
         if card is None:
             return Reach(Status.UNMATCHED)
         # The issuer may read receipts that reached its cards (docs/api.md, "List receipts").
-        reach = _to_user(card.user_id, "card_token")
-        return Reach(reach.status, card=card, user_id=reach.user_id, via=reach.via)
+        return replace(_to_user(card.user_id, "card_token"), card=card)
 
     def _email(self, address: str) -> Reach:
         user = user_by_email(self.session, address)
