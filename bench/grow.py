@@ -116,7 +116,7 @@ def copy_chunk(pg: psycopg.Connection, copy: int, chunk: Chunk, shift: dict[str,
     """Copy ``chunk``'s receipts (``shift["share"]`` of 2**24 of them, by their ids' random
     bits) and their rows, each moved by its shift, in one transaction; False if an earlier
     run copied them (a grow that was stopped goes on where it was)."""
-    # Unique to the grow and copy: two grows a second apart (as a test makes) differ too.
+    # Unique to the grow and copy: two grows within one second (as a test makes) differ too.
     suffix = f"-g{shift['now'] % 100_000_000:08d}c{copy}"
     params = {**chunk.params, **shift, "suffix": suffix}
     run = functools.partial(pg.execute, params=params)
