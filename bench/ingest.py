@@ -75,6 +75,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kuitti.asgi import RUN_WORKER_ENV  # noqa: E402
+from kuitti.protocols import HTTP_PROTOCOL  # noqa: E402
 from tests.factories import card_payment, product_row, receipt_doc  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -684,8 +685,10 @@ def kuitti_command(
     return [
         str(BIN / "uvicorn"), app, "--factory", "--app-dir", str(tree),
         "--port", str(port), "--workers", str(workers), *UVICORN_ARGS,
-        # As ``kuitti serve`` (``service_cli.serve``): kuitti writes its own access line.
-        "--no-access-log", "--proxy-headers", "--no-server-header", *serve_args.split(),
+        # As ``kuitti serve`` (``service_cli.serve``): kuitti writes its own access line, and
+        # its protocol bounds and sheds (``kuitti.edge``).
+        "--no-access-log", "--proxy-headers", "--no-server-header", "--http", HTTP_PROTOCOL,
+        *serve_args.split(),
     ]  # fmt: skip
 
 

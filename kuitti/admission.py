@@ -6,15 +6,19 @@ answer waits behind the queue (seconds). The excess is answered at once with 503
 latency and the clients can retry elsewhere or later. The health endpoints are always admitted:
 a loaded process is alive and ready.
 
-Three bounds do it, each where its queue forms:
+Three bounds do it:
 
 - the time a request waited before its process took it up (``kuitti.edge.Queue``): when the
-  event loop is saturated the queue forms in the kernel's accept queue;
+  event loop is saturated the queue forms in the kernel's accept queue; on PostgreSQL it goes
+  on inside the process, where the requests taken up wait for a connection of the read pool,
+  so the wait of that line (``kuitti.db.READ_LINE``) is added to each request's: one queue,
+  one target;
 - the requests a process works on at once (``KUITTI_MAX_REQUESTS_IN_FLIGHT``), counted by
   ``kuitti.edge`` from the moment the request is taken up until its response is sent, its
   body's reading included;
-- on PostgreSQL, the wait for a connection of the read pool (``kuitti.db``): a request that
-  cannot have one within ``POOL_WAIT_SHARE`` of the longest wait is refused rather than queued.
+- on PostgreSQL, the wait for a connection of the read pool (``kuitti.db``): a request already
+  taken up that cannot have one within ``POOL_WAIT_SHARE`` of the longest wait is refused
+  rather than queued.
 
 The first two answer from ``kuitti serve``'s protocol with ``BUSY_ANSWER``, bytes encoded once,
 without building a request or running the application (while the process sheds, from the first

@@ -212,11 +212,12 @@ class Settings(BaseSettings):
         "(kuitti/edge.py, kuitti/db.py; see docs/operations.md).",
     )
     queue_target_seconds: float = Field(
-        0.05,
+        0.02,
         gt=0,
         description="Under a standing queue (in a 100 ms interval, most requests and at least "
-        "32 waited longer than this), the next interval serves only the requests that waited "
-        "less and answers the rest 503 at once (kuitti/edge.py; see docs/operations.md).",
+        "32 waited longer than this), the rest of that interval and the next serve only the "
+        "requests that waited less and answer the others 503 at once (kuitti/edge.py; see "
+        "docs/operations.md).",
     )
     max_requests_in_flight: int = Field(
         64,

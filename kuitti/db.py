@@ -33,6 +33,7 @@ from typing import Any, ParamSpec, TypeVar
 import anyio.to_thread
 import psycopg
 import zstandard
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from sqlalchemy import (
     BindParameter,
@@ -311,6 +312,25 @@ ASYNC_READ_CONNECTIONS = 4
 # fails the request (503, ``DatabaseUnavailable``) instead of holding it for the pool's default
 # 30 s, and /readyz says why; a burst queues for milliseconds, far below this.
 ASYNC_READ_WAIT_SECONDS = 5.0
+
+
+class ReadLine:
+    """The reads waiting for a connection of the process's async pools: a queue inside the
+    process, which ``kuitti.edge`` adds to the wait of each request it takes up, so that one
+    target bounds both (``kuitti.admission``)."""
+
+    def __init__(self) -> None:
+        self.waiting = 0
+        self.last_wait = 0.0  # seconds the read that last left the line waited in it
+
+    def ahead(self) -> float:
+        """The wait of the read that last left the line while others still wait: CoDel's
+        sojourn time, as the wait a request taken up now will meet; none when no read waits."""
+        return self.last_wait if self.waiting else 0.0
+
+
+READ_LINE = ReadLine()
+"""The process's one line: its event loop's reads all wait in it."""
 
 # A pooled PostgreSQL connection idle for longer than this is tested before it is handed out.
 PING_AFTER_IDLE_SECONDS = 1.0
@@ -794,26 +814,38 @@ def _driver_of(session: Session) -> Any:
 async def _fetch_all(
     pool: AsyncConnectionPool, sql: str, values: Any, busy_wait: float | None
 ) -> list[tuple[Any, ...]]:
-    """Run ``sql`` on a connection of ``pool``. With ``busy_wait``, a request that finds every
-    connection the pool may have taken waits at most that long for one, then is refused
-    (``ServiceBusy``: the process has more reads than connections, and a longer wait would only
-    queue); one that waits because connections cannot be made waits the pool's whole timeout
-    (then ``PoolTimeout``: the database is away)."""
-    try:
-        connection = await pool.getconn(timeout=busy_wait)
-    except PoolTimeout:
-        if busy_wait is None:
-            raise
-        stats = pool.get_stats()
-        if stats["pool_size"] >= stats["pool_max"]:
-            raise ServiceBusy() from None
-        connection = await pool.getconn(timeout=max(pool.timeout - busy_wait, 0.0))
+    """Run ``sql`` on a connection of ``pool`` (``_connection``)."""
+    connection = await _connection(pool, busy_wait)
     try:
         async with connection:
             cursor = await connection.execute(sql, values)
             return await cursor.fetchall()
     finally:
         await pool.putconn(connection)
+
+
+async def _connection(pool: AsyncConnectionPool, busy_wait: float | None) -> AsyncConnection[Any]:
+    """A connection of ``pool``, waited for in ``READ_LINE``. With ``busy_wait``, a request that
+    finds every connection the pool may have taken waits at most that long for one, then is
+    refused (``ServiceBusy``: the process has more reads than connections, and a longer wait
+    would only queue); one that waits because connections cannot be made waits the pool's whole
+    timeout (then ``PoolTimeout``: the database is away)."""
+    loop = asyncio.get_running_loop()
+    joined = loop.time()
+    READ_LINE.waiting += 1
+    try:
+        try:
+            return await pool.getconn(timeout=busy_wait)
+        except PoolTimeout:
+            if busy_wait is None:
+                raise
+            stats = pool.get_stats()
+            if stats["pool_size"] >= stats["pool_max"]:
+                raise ServiceBusy() from None
+            return await pool.getconn(timeout=max(pool.timeout - busy_wait, 0.0))
+    finally:
+        READ_LINE.waiting -= 1
+        READ_LINE.last_wait = loop.time() - joined
 
 
 class DirectQuery:

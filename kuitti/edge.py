@@ -11,10 +11,12 @@ held to four settings:
 - the time from the end of the head to the end of the body to ``KUITTI_BODY_TIMEOUT_SECONDS``:
   408 unless a response has started, and the connection is closed either way;
 - the time from the arrival of the head's last byte to the moment the process takes the request
-  up to ``KUITTI_MAX_QUEUE_SECONDS``, and under a standing queue to
-  ``KUITTI_QUEUE_TARGET_SECONDS`` (``Queue``), and the requests the process works on at once to
-  ``KUITTI_MAX_REQUESTS_IN_FLIGHT``: 503 with ``Retry-After`` in the error shape, at once and
-  without running the application (the health endpoints excepted, ``kuitti.admission``).
+  up, with the wait ahead of it in the process's read line (``kuitti.db.READ_LINE``), to
+  ``KUITTI_MAX_QUEUE_SECONDS``, and under a standing queue to ``KUITTI_QUEUE_TARGET_SECONDS``
+  (``Queue``), and the requests the process works on at once to
+  ``KUITTI_MAX_REQUESTS_IN_FLIGHT`` (``IN_FLIGHT``): 503 with ``Retry-After`` in the error
+  shape, at once and without running the application (the health endpoints excepted,
+  ``kuitti.admission``).
 
 The wait is the kernel's count where it keeps one (Linux's ``TCP_INFO``: milliseconds since the
 connection last received data), because that is where an overloaded process's queue forms: its
@@ -51,6 +53,7 @@ from kuitti.admission import (
     STANDING_REQUESTS,
 )
 from kuitti.config import load_settings
+from kuitti.db import READ_LINE
 from kuitti.protocols import HttpToolsJsonErrors, closing_answer
 
 # ``struct tcp_info`` (linux/tcp.h) up to ``tcpi_last_data_recv``: the milliseconds since the
@@ -64,14 +67,15 @@ class Queue:
     takes up, and which of them it serves (CoDel's rule, as in Facebook's "Fail at Scale").
 
     A request that waited longer than ``longest`` is never served. Time is cut into intervals;
-    an interval in which at least ``STANDING_REQUESTS`` requests waited longer than ``target``,
-    and more of them than not, shows a queue that stands: more load than the process can serve.
-    Through the next interval only the requests that waited less than the target are served,
-    and the rest answered 503 at once; an interval in which most waited less ends it. The
-    requests served under a standing load then waited at most the target, not the longest
-    wait. A burst within an interval is served; so are a few clients on a host
-    short of CPU, each of their requests late because the process was not running rather than
-    because others were ahead of it.
+    once at least ``STANDING_REQUESTS`` requests of an interval waited longer than ``target``,
+    and more of them than not, the queue stands: more load than the process can serve. From
+    that request on, and through the next interval, only the requests that waited less than the
+    target are served, and the rest answered 503 at once; an interval in which most waited less
+    ends it. The requests served under a standing load then waited at most the target, not the
+    longest wait (marked only at an interval's end, every other interval served up to the
+    longest: ``bench/HISTORY.md``). A burst of fewer late requests is served; so are a few
+    clients on a host short of CPU, each of their requests late because the process was not
+    running rather than because others were ahead of it.
 
     Most, not every: the process takes up at once every connection that arrived while it was
     busy, oldest first, so the last of them waited little even under a standing queue, and
@@ -97,6 +101,7 @@ class Queue:
             self.fresh += 1
             return True
         self.late += 1
+        self.standing = self.standing or STANDING_REQUESTS <= self.late > self.fresh
         return not self.standing and waited <= self.longest
 
 
@@ -104,6 +109,20 @@ class Queue:
 def process_queue(longest: float, target: float) -> Queue:
     """The process's one ``Queue``: every connection's protocol takes up requests from it."""
     return Queue(longest, target)
+
+
+class InFlight:
+    """The requests the process has taken up and not yet answered (their response not sent
+    whole, their connection not lost). Not uvicorn's ``tasks``: a task lives on after its
+    response for the application's background work, while the connection's next request is
+    already read, so 50 keep-alive clients posting receipts made more than 64 tasks."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+IN_FLIGHT = InFlight()
+"""The process's one count: every connection's protocol counts its requests in it."""
 
 
 class EdgeLimits(NamedTuple):
@@ -161,6 +180,7 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
         self.in_head = True
         self.deadline: asyncio.TimerHandle | None = None
         self.refusal: tuple[int, str, str] | None = None
+        self.answering = False  # a request of this connection counted in ``IN_FLIGHT``
 
     # -- the deadlines ----------------------------------------------------------------------
 
@@ -218,21 +238,23 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
     def waited(self) -> float:
         """Seconds since the current request's last byte so far arrived: the kernel's count on a
         TCP connection where it keeps one (the time in the accept queue included), else since
-        this process began reading the request."""
+        this process began reading the request; and the wait ahead of it in the process's read
+        line (``kuitti.db.READ_LINE``)."""
         if self.socket is not None:
             waited = kernel_wait(self.socket)
             if waited is not None:
-                return waited
+                return waited + READ_LINE.ahead()
             self.socket = None
-        return self.loop.time() - self.head_began
+        return self.loop.time() - self.head_began + READ_LINE.ahead()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         """Runs the request, unless the process's queue sheds it (``Queue``) or it works on
-        as many requests as it may (uvicorn's ``tasks``: one a request from its start to its
-        response's end): then 503 at once."""
+        as many requests as it may (``IN_FLIGHT``): then 503 at once."""
         waited_briefly = self.queue.admits(self.waited(), self.loop.time())
-        room = len(self.tasks) < self.max_in_flight
+        room = IN_FLIGHT.count < self.max_in_flight
         if (waited_briefly and room) or cycle.scope["path"] in ALWAYS_ADMITTED:
+            IN_FLIGHT.count += 1
+            self.answering = True
             super()._start_asgi_task(cycle, app)
             return
         cycle.response_complete = True  # the parser's calls for the rest of it do nothing
@@ -248,8 +270,14 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
             self.socket = sock
         self._arm(self.header_timeout, self._head_too_slow)
 
+    def _answered(self) -> None:
+        if self.answering:
+            self.answering = False
+            IN_FLIGHT.count -= 1
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._answered()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -292,6 +320,7 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        self._answered()
         super().on_response_complete()
         if not self.transport.is_closing() and self.deadline is None:
             self._arm(self.header_timeout, self._head_too_slow)
@@ -365,16 +394,15 @@ def http_protocol(**uvicorn_arguments: Any) -> asyncio.Protocol:
     process a third of the full protocol's (``bench/overload.py --refusals``)."""
     limits = edge_limits()
     queue = process_queue(limits.longest_wait, limits.target_wait)
-    tasks = uvicorn_arguments["server_state"].tasks
-    if not (queue.standing or queue.late) and len(tasks) < limits.max_in_flight:
+    if not (queue.standing or queue.late) and IN_FLIGHT.count < limits.max_in_flight:
         return BoundedHttpToolsProtocol(**uvicorn_arguments)
     loop = uvicorn_arguments.get("_loop") or asyncio.get_event_loop()
 
     def refuses(sock: socket.socket | None) -> str | None:
-        if len(tasks) >= limits.max_in_flight:
+        if IN_FLIGHT.count >= limits.max_in_flight:
             return "in flight"
         waited = None if sock is None else kernel_wait(sock)
-        if waited is not None and not queue.admits(waited, loop.time()):
+        if waited is not None and not queue.admits(waited + READ_LINE.ahead(), loop.time()):
             return "queue"
         return None
 

@@ -7,17 +7,24 @@ so which way each request goes depends on the bound, not on how fast the host ru
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
+import threading
 import time
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+import uvicorn
+from uvicorn._types import ASGIReceiveCallable as Receive
+from uvicorn._types import ASGISendCallable as Send
+from uvicorn._types import Scope
 
-from kuitti import admission
+from kuitti import admission, edge
 from kuitti.admission import Refusals
+from kuitti.protocols import HTTP_PROTOCOL
 from kuitti.services import Services
 from tests.logcapture import captured_logs
 from tests.test_serve import serving
@@ -159,3 +166,49 @@ def test_while_shedding_only_a_whole_plain_head_is_refused_from_its_first_bytes(
     counted = re.search(r'method="GET",route="shed",status="503"} (\d+)', metrics)
     assert counted is not None
     assert int(counted.group(1)) == 2
+
+
+def test_a_request_answered_is_out_of_flight_while_its_task_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request counts in flight until its response is sent, not until its task ends: the
+    task of an application with work after its answer lives on, while the client's next
+    request on the same connection arrives. With one request allowed in flight, a keep-alive
+    client is served request after request, each task still held after its answer."""
+    monkeypatch.setenv("KUITTI_MAX_REQUESTS_IN_FLIGHT", "1")
+    edge.edge_limits.cache_clear()
+    loop: asyncio.AbstractEventLoop | None = None
+    release = asyncio.Event()
+
+    async def answers_then_works(scope: Scope, receive: Receive, send: Send) -> None:
+        nonlocal loop
+        if scope["type"] != "http":
+            return
+        loop = asyncio.get_running_loop()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+        await release.wait()  # the work after the answer
+
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(answers_then_works, http=HTTP_PROTOCOL, lifespan="off", log_level="error")
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]})
+    thread.start()
+    try:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", timeout=SOCKET_TIMEOUT_SECONDS
+        ) as http:
+            deadline = time.monotonic() + SOCKET_TIMEOUT_SECONDS
+            while not server.started:
+                assert time.monotonic() < deadline, "the server never started"
+                time.sleep(0.01)
+            statuses = [http.get("/").status_code for _ in range(3)]
+        assert statuses == [200, 200, 200]
+    finally:
+        if loop is not None:
+            loop.call_soon_threadsafe(release.set)
+        server.should_exit = True
+        thread.join(SOCKET_TIMEOUT_SECONDS)
+        edge.edge_limits.cache_clear()

@@ -12,12 +12,13 @@ standing queue is checked on ``Queue`` itself, with the moments given."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import httpx
 import orjson
@@ -25,7 +26,7 @@ import pytest
 from sqlalchemy import select, text
 
 from kuitti.admission import STANDING_REQUESTS
-from kuitti.db import ASYNC_READ_CONNECTIONS, Database
+from kuitti.db import ASYNC_READ_CONNECTIONS, READ_LINE, Database, ReadLine
 from kuitti.edge import Queue
 from kuitti.errors import ServiceBusy
 from kuitti.models import Partner
@@ -119,25 +120,38 @@ class TestQueue:
         assert not queue.admits(1.001, now=10.0)
         assert queue.admits(0.0, now=10.01)
 
-    def test_a_burst_within_an_interval_is_served_and_the_fresh_requests_after_it(
-        self,
-    ) -> None:
+    def test_a_queue_stands_from_the_late_request_that_shows_it(self) -> None:
+        """A burst shorter than ``STANDING_REQUESTS`` is served; the request that makes it that
+        many, all late, is refused, and with it the rest of the interval's late ones, not only
+        the next interval's."""
         queue = Queue(1.0, 0.25, 0.2)
-        assert all(queue.admits(0.9, now=10.0 + step / 1000) for step in range(100))
-        assert queue.admits(0.9, now=10.19)
-        # A hundred late in one interval count as a queue: the next serves the fresh only.
+        late = STANDING_REQUESTS - 1
+        assert all(queue.admits(0.9, now=10.0 + step / 1000) for step in range(late))
+        assert not queue.standing
+        assert not queue.admits(0.9, now=10.1)
+        assert queue.standing
+        assert queue.admits(0.1, now=10.11)  # fresh requests are served meanwhile
+        # The interval's late requests decide the next one: it serves the fresh only.
         assert queue.admits(0.1, now=10.25)
-        assert not queue.admits(0.9, now=10.26)
+        assert not queue.admits(0.3, now=10.26)
         assert queue.admits(0.1, now=10.3)
         assert queue.admits(0.9, now=10.5)  # the interval before was mostly fresh
+        assert not queue.standing
+
+    def test_a_queue_with_more_fresh_requests_than_late_does_not_stand(self) -> None:
+        queue = Queue(1.0, 0.25, 0.2)
+        assert all(queue.admits(0.1, now=10.0 + step / 1000) for step in range(40))
+        assert all(queue.admits(0.5, now=10.05 + step / 1000) for step in range(40))
+        assert not queue.admits(0.5, now=10.1)  # the 41st late: more late than fresh
+        assert queue.standing
 
     def test_a_standing_queue_is_served_only_below_the_target_until_most_wait_less(
         self,
     ) -> None:
         queue = Queue(1.0, 0.25, 0.2)
-        # An interval of 40 late requests and 10 fresh ones: the next interval sheds.
-        assert all(queue.admits(0.5, now=10.0 + step / 200) for step in range(40))
-        assert all(queue.admits(0.1, now=10.0 + step / 100) for step in range(10))
+        # 40 late requests in an interval: it stands from the one that makes it 32.
+        served = [queue.admits(0.5, now=10.0 + step / 200) for step in range(40)]
+        assert served == [True] * (STANDING_REQUESTS - 1) + [False] * (41 - STANDING_REQUESTS)
         assert queue.admits(0.2, now=10.21)  # below the target: served
         assert queue.standing
         assert not queue.admits(0.3, now=10.22)  # above the target, refused
@@ -158,7 +172,9 @@ class TestQueue:
 
     def test_an_interval_long_ago_decides_nothing(self) -> None:
         queue = Queue(1.0, 0.25, 0.2)
-        assert all(queue.admits(0.5, now=10.0 + step / 1000) for step in range(100))
+        for step in range(100):
+            queue.admits(0.5, now=10.0 + step / 1000)
+        assert queue.standing
         assert queue.admits(0.5, now=11.0)  # the late interval ended 0.8 s ago
         assert not queue.standing
 
@@ -175,6 +191,44 @@ def reads_waiting_on_a_lock(services: Services) -> int:
         )
 
 
+@contextlib.asynccontextmanager
+async def every_read_connection_held(services: Services, db: Database) -> AsyncIterator[None]:
+    """``db``'s open read pool, every connection held by a read waiting on a table lock, until
+    the block ends: then the lock goes, and the held reads finish."""
+    # Every connection made first: the pool grows on demand, and a held read that waited
+    # longer than the busy wait for a new connection would be refused itself.
+    pool = db._async_pools[asyncio.get_running_loop()]
+    await pool.resize(ASYNC_READ_CONNECTIONS, ASYNC_READ_CONNECTIONS)
+    await pool.wait(SOCKET_TIMEOUT_SECONDS)
+    with services.db.engine.connect() as locker:
+        locker.execute(text("LOCK TABLE partners IN ACCESS EXCLUSIVE MODE"))
+        held = [
+            asyncio.create_task(db.read_rows_async(select(Partner.id), {}))
+            for _ in range(ASYNC_READ_CONNECTIONS)
+        ]
+        deadline = time.monotonic() + SOCKET_TIMEOUT_SECONDS
+        while reads_waiting_on_a_lock(services) < ASYNC_READ_CONNECTIONS:
+            assert time.monotonic() < deadline, "the reads never took every connection"
+            await asyncio.sleep(0.01)  # the loop runs the held reads meanwhile
+        yield
+        locker.rollback()
+    assert all(await asyncio.gather(*held))
+
+
+def with_async_reads(db: Database, scenario: Callable[[], Awaitable[None]]) -> None:
+    async def opened() -> None:
+        await db.open_async_reads()
+        try:
+            await scenario()
+        finally:
+            await db.close_async_reads()
+
+    try:
+        asyncio.run(opened())
+    finally:
+        db.dispose()
+
+
 @pytest.mark.postgres_only
 def test_a_read_that_finds_every_connection_taken_is_refused_after_the_busy_wait(
     services: Services,
@@ -185,35 +239,51 @@ def test_a_read_that_finds_every_connection_taken_is_refused_after_the_busy_wait
     finishes and the next read is served."""
     make_partner(services, name="Lukko Oy")
     db = Database(services.db.url, async_read_wait=SOCKET_TIMEOUT_SECONDS, busy_wait=0.05)
-    statement = select(Partner.id)
 
     async def scenario() -> None:
-        await db.open_async_reads()
-        # Every connection made first: the pool grows on demand, and a held read that waited
-        # longer than the busy wait for a new connection would be refused itself.
-        pool = db._async_pools[asyncio.get_running_loop()]
-        await pool.resize(ASYNC_READ_CONNECTIONS, ASYNC_READ_CONNECTIONS)
-        await pool.wait(SOCKET_TIMEOUT_SECONDS)
-        try:
-            with services.db.engine.connect() as locker:
-                locker.execute(text("LOCK TABLE partners IN ACCESS EXCLUSIVE MODE"))
-                held = [
-                    asyncio.create_task(db.read_rows_async(statement, {}))
-                    for _ in range(ASYNC_READ_CONNECTIONS)
-                ]
-                deadline = time.monotonic() + SOCKET_TIMEOUT_SECONDS
-                while reads_waiting_on_a_lock(services) < ASYNC_READ_CONNECTIONS:
-                    assert time.monotonic() < deadline, "the reads never took every connection"
-                    await asyncio.sleep(0.01)  # the loop runs the held reads meanwhile
-                with pytest.raises(ServiceBusy):
-                    await db.read_rows_async(statement, {})
-                locker.rollback()
-            assert all(await asyncio.gather(*held))
-            assert await db.read_rows_async(statement, {})
-        finally:
-            await db.close_async_reads()
+        async with every_read_connection_held(services, db):
+            with pytest.raises(ServiceBusy):
+                await db.read_rows_async(select(Partner.id), {})
+        assert await db.read_rows_async(select(Partner.id), {})
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        db.dispose()
+    with_async_reads(db, scenario)
+
+
+@pytest.mark.postgres_only
+def test_the_reads_waiting_for_a_connection_are_the_line_the_edge_adds_to_each_wait(
+    services: Services,
+) -> None:
+    """Reads that find every connection taken wait in ``READ_LINE``: while one that left it
+    still has another behind it, its wait is the wait ahead of a request taken up now; once
+    none waits, nothing is ahead."""
+    make_partner(services, name="Jono Oy")
+    db = Database(services.db.url, async_read_wait=SOCKET_TIMEOUT_SECONDS)
+
+    async def scenario() -> None:
+        async with every_read_connection_held(services, db):
+            waiting = [
+                asyncio.create_task(db.read_rows_async(select(Partner.id), {})) for _ in range(2)
+            ]
+            while READ_LINE.waiting < 2:
+                await asyncio.sleep(0.01)
+            joined = time.monotonic()
+            assert READ_LINE.ahead() == READ_LINE.last_wait
+            await asyncio.sleep(0.05)  # the line's wait grows meanwhile
+            held_for = time.monotonic() - joined
+        assert all(await asyncio.gather(*waiting))
+        assert READ_LINE.waiting == 0
+        assert READ_LINE.ahead() == 0.0
+        # The last read to leave the line waited from its joining until the lock went.
+        assert READ_LINE.last_wait >= held_for
+
+    with_async_reads(db, scenario)
+
+
+def test_a_line_no_read_waits_in_puts_nothing_ahead_however_long_its_last_wait() -> None:
+    """Else a long wait, once the edge refused every request for it, would refuse them for
+    ever: no read would leave the line to lower it."""
+    line = ReadLine()
+    line.last_wait = 0.3
+    assert line.ahead() == 0.0
+    line.waiting = 1
+    assert line.ahead() == 0.3
