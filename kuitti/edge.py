@@ -113,9 +113,10 @@ def process_queue(longest: float, target: float) -> Queue:
 
 class InFlight:
     """The requests the process has taken up and not yet answered (their response not sent
-    whole, their connection not lost). Not uvicorn's ``tasks``: a task lives on after its
-    response for the application's background work, while the connection's next request is
-    already read, so 50 keep-alive clients posting receipts made more than 64 tasks."""
+    whole, their connection not lost). Not uvicorn's ``tasks``: a task ends a turn of the event
+    loop or more after its response (the application's code after its last send, then the
+    task's done callback), and by then the keep-alive client's next request may be read: 50
+    clients posting receipts made more than 64 tasks."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -240,12 +241,15 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
         TCP connection where it keeps one (the time in the accept queue included), else since
         this process began reading the request; and the wait ahead of it in the process's read
         line (``kuitti.db.READ_LINE``)."""
+        return self._since_last_byte() + READ_LINE.ahead()
+
+    def _since_last_byte(self) -> float:
         if self.socket is not None:
             waited = kernel_wait(self.socket)
             if waited is not None:
-                return waited + READ_LINE.ahead()
+                return waited
             self.socket = None
-        return self.loop.time() - self.head_began + READ_LINE.ahead()
+        return self.loop.time() - self.head_began
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         """Runs the request, unless the process's queue sheds it (``Queue``) or it works on
