@@ -121,7 +121,8 @@ def undeclared(document: dict[str, Any], seen: Iterable[Seen]) -> list[str]:
     """What ``seen`` holds that ``document`` does not declare: one line per operation, status
     and media type, with one path that got it."""
     found: dict[str, str] = {}
-    for answer in sorted(seen):
+    # An answer without a body has no media type: None sorts before any.
+    for answer in sorted(seen, key=lambda a: (a.method, a.path, a.status, a.media_type or "")):
         template, operation = _operation(document, answer.method, answer.path)
         if operation is None:
             continue
