@@ -8,11 +8,11 @@ a loaded process is alive and ready.
 
 Three bounds do it:
 
-- the time a request waited before its process took it up (``kuitti.edge.Queue``): when the
-  event loop is saturated the queue forms in the kernel's accept queue; on PostgreSQL it goes
-  on inside the process, where the requests taken up wait for a connection of the read pool,
-  so the wait of that line (``kuitti.db.READ_LINE``) is added to each request's: one queue,
-  one target;
+- the time a request waited before its process started on it (``kuitti.edge.Queue``): when
+  the event loop is saturated the queue forms in the kernel's accept queue, and goes on inside
+  the process, where the requests read in one turn of the event loop run one after another in
+  the next, and on PostgreSQL wait for a connection of the read pool (``kuitti.db.READ_LINE``):
+  one queue, one target;
 - the requests a process works on at once (``KUITTI_MAX_REQUESTS_IN_FLIGHT``), counted by
   ``kuitti.edge`` from the moment the request is taken up until its response is sent, its
   body's reading included;

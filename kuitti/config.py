@@ -207,17 +207,17 @@ class Settings(BaseSettings):
         0.5,
         gt=0,
         description="Longest a request may have waited, from its last byte's arrival until its "
-        "server process takes it up; an older one is answered 503 with Retry-After at once, "
+        "server process starts on it; an older one is answered 503 with Retry-After at once, "
         "and a PostgreSQL read waits at most a quarter of it for a connection of its pool "
         "(kuitti/edge.py, kuitti/db.py; see docs/operations.md).",
     )
     queue_target_seconds: float = Field(
-        0.02,
+        0.01,
         gt=0,
         description="Under a standing queue (in a 100 ms interval, most requests and at least "
-        "32 waited longer than this), the rest of that interval and the next serve only the "
-        "requests that waited less and answer the others 503 at once (kuitti/edge.py; see "
-        "docs/operations.md).",
+        "32 waited longer than this, and at least 32 of them before the process read them), "
+        "the rest of that interval and the next serve only the requests that waited less and "
+        "answer the others 503 at once (kuitti/edge.py; see docs/operations.md).",
     )
     max_requests_in_flight: int = Field(
         64,

@@ -10,8 +10,8 @@ held to four settings:
   head to ``KUITTI_HEADER_TIMEOUT_SECONDS``: 408 in the error shape;
 - the time from the end of the head to the end of the body to ``KUITTI_BODY_TIMEOUT_SECONDS``:
   408 unless a response has started, and the connection is closed either way;
-- the time from the arrival of the head's last byte to the moment the process takes the request
-  up, with the wait ahead of it in the process's read line (``kuitti.db.READ_LINE``), to
+- the time from the arrival of the head's last byte to the moment the request's task first
+  runs, with the wait ahead of it in the process's read line (``kuitti.db.READ_LINE``), to
   ``KUITTI_MAX_QUEUE_SECONDS``, and under a standing queue to ``KUITTI_QUEUE_TARGET_SECONDS``
   (``Queue``), and the requests the process works on at once to
   ``KUITTI_MAX_REQUESTS_IN_FLIGHT`` (``IN_FLIGHT``): 503 with ``Retry-After`` in the error
@@ -23,7 +23,13 @@ connection last received data), because that is where an overloaded process's qu
 event loop, busy with the requests it took, accepts the next connections only as it gets round to
 them, and they wait in the listening socket's accept queue, before the process knows of them
 (``bench/overload.py`` measured seconds there and a millisecond after the accept). Elsewhere it
-is the time since the process began reading the request. A refusal is bytes encoded once
+is the time since the process began reading the request. To it is added the time from the
+reading to the task's first step: the tasks started in one turn of the event loop run one after
+another in the next, so the last of them waits for all the others, 10-25 ms at twice the load
+the process can serve. Under a standing queue a request whose wait so far, and the time the
+tasks started before it will take (``InFlight.ahead``), pass the target is refused as it is
+read; one that passes it all the same by its first step is refused there, before the
+application runs. A refusal is bytes encoded once
 (``kuitti.admission.BUSY_ANSWER``), written before the application runs. While the process may
 shed, a new connection is first given ``Refusing``, which refuses a whole plain request from its
 first bytes without uvicorn's protocol: about 30 microseconds of the process's time, the
@@ -66,20 +72,26 @@ class Queue:
     """What one process knows of the queue in front of it, from the waits of the requests it
     takes up, and which of them it serves (CoDel's rule, as in Facebook's "Fail at Scale").
 
-    A request that waited longer than ``longest`` is never served. Time is cut into intervals;
-    once at least ``STANDING_REQUESTS`` requests of an interval waited longer than ``target``,
-    and more of them than not, the queue stands: more load than the process can serve. From
-    that request on, and through the next interval, only the requests that waited less than the
-    target are served, and the rest answered 503 at once; an interval in which most waited less
-    ends it. The requests served under a standing load then waited at most the target, not the
-    longest wait (marked only at an interval's end, every other interval served up to the
-    longest: ``bench/HISTORY.md``). A burst of fewer late requests is served; so are a few
-    clients on a host short of CPU, each of their requests late because the process was not
-    running rather than because others were ahead of it.
+    A request that waited longer than ``longest`` is never served. Time is cut into intervals.
+    The queue stands (more load than the process can serve) from the request that makes an
+    interval hold at least ``STANDING_REQUESTS`` requests that waited longer than ``target``,
+    more of them than not, and ``STANDING_REQUESTS`` already late when the process read them
+    (their wait in the kernel, and on PostgreSQL the process's read line).
+    From then on, and through the next interval, only the requests that waited less than the
+    target are served, and the rest answered 503 at once; an interval that no longer holds
+    that many ends it. A burst of fewer late requests is served; so are a few clients on a
+    host short of CPU, each of their requests late because the process was not running rather
+    than because others were ahead of it.
 
     Most, not every: the process takes up at once every connection that arrived while it was
     busy, oldest first, so the last of them waited little even under a standing queue, and
-    CoDel's "every packet above the target for an interval" never held."""
+    CoDel's "every packet above the target for an interval" never held. Late when read: an
+    overloaded process leaves its next requests unread in the kernel, where their wait grows
+    with the load. Clients that each send a request on the last one's answer wait instead
+    behind one another in the event loop, as long as their number makes them (50 posting
+    receipts, about 40 ms), and refusing them would only make them send again. Standing by the
+    kernel's wait alone, the process read its requests in time once it shed, stopped standing,
+    and served the next interval up to the longest wait (``bench/HISTORY.md``)."""
 
     def __init__(self, longest: float, target: float, interval: float = STANDING_INTERVAL) -> None:
         self.longest = longest
@@ -88,21 +100,48 @@ class Queue:
         self.began = float("-inf")  # the current interval's start
         self.late = 0  # requests of the current interval that waited longer than the target
         self.fresh = 0  # the others
+        self.late_when_read = 0  # of the late ones, those past the target before they were read
         self.standing = False
 
-    def admits(self, waited: float, now: float) -> bool:
-        if now - self.began > self.interval:
-            # The interval that ended decides the next one, if that one follows it.
-            recent = now - self.began <= 2 * self.interval
-            self.standing = recent and STANDING_REQUESTS <= self.late > self.fresh
-            self.began = now
-            self.late = self.fresh = 0
+    def admits(self, waited: float, now: float, late_when_read: bool = False) -> bool:
+        """Whether a request taken up now (its task about to run), after waiting ``waited``
+        in all, is served; counted."""
+        self._interval_at(now)
         if waited <= self.target:
             self.fresh += 1
             return True
+        return not self._counts_late(waited, late_when_read)
+
+    def refuses_already(
+        self, waited: float, now: float, ahead: float = 0.0, late_when_read: bool = False
+    ) -> bool:
+        """Whether a request read now, after waiting ``waited``, is refused whatever follows,
+        with the ``ahead`` seconds it will wait for the requests read before it. Counted only
+        if so: otherwise ``admits`` counts it when it is taken up, so each request is counted
+        once."""
+        self._interval_at(now)
+        if waited + ahead <= self.target or not (self.standing or waited > self.longest):
+            return False
+        return self._counts_late(waited + ahead, late_when_read)
+
+    def _interval_at(self, now: float) -> None:
+        if now - self.began > self.interval:
+            # The interval that ended decides the next one, if that one follows it.
+            self.standing = now - self.began <= 2 * self.interval and self._stands()
+            self.began = now
+            self.late = self.fresh = self.late_when_read = 0
+
+    def _counts_late(self, waited: float, late_when_read: bool) -> bool:
+        """Counts a request that waited past the target; whether it is refused."""
         self.late += 1
-        self.standing = self.standing or STANDING_REQUESTS <= self.late > self.fresh
-        return not self.standing and waited <= self.longest
+        self.late_when_read += late_when_read
+        self.standing = self.standing or self._stands()
+        return self.standing or waited > self.longest
+
+    def _stands(self) -> bool:
+        return (
+            STANDING_REQUESTS <= self.late > self.fresh and self.late_when_read >= STANDING_REQUESTS
+        )
 
 
 @functools.cache
@@ -120,8 +159,23 @@ class InFlight:
 
     def __init__(self) -> None:
         self.count = 0
+        self.unstarted = 0  # of those, the ones whose task has not yet run
+        self.share = 0.0  # seconds of the event loop's time a request not yet started costs
+
+    def ahead(self) -> float:
+        """The time a request taken up now waits for the event loop, by the requests taken up
+        before it whose tasks have not yet run: they run first."""
+        return self.unstarted * self.share
+
+    def started(self, lag: float, ahead: int) -> None:
+        """Learns ``share`` from a request whose task ran ``lag`` seconds after it was taken
+        up, behind ``ahead`` others not yet started then (a moving average)."""
+        self.unstarted -= 1
+        if ahead:
+            self.share += (lag / ahead - self.share) * SHARE_WEIGHT
 
 
+SHARE_WEIGHT = 0.1
 IN_FLIGHT = InFlight()
 """The process's one count: every connection's protocol counts its requests in it."""
 
@@ -236,14 +290,10 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
 
     # -- the wait ---------------------------------------------------------------------------
 
-    def waited(self) -> float:
+    def _since_last_byte(self) -> float:
         """Seconds since the current request's last byte so far arrived: the kernel's count on a
         TCP connection where it keeps one (the time in the accept queue included), else since
-        this process began reading the request; and the wait ahead of it in the process's read
-        line (``kuitti.db.READ_LINE``)."""
-        return self._since_last_byte() + READ_LINE.ahead()
-
-    def _since_last_byte(self) -> float:
+        this process began reading the request."""
         if self.socket is not None:
             waited = kernel_wait(self.socket)
             if waited is not None:
@@ -252,17 +302,64 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
         return self.loop.time() - self.head_began
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
-        """Runs the request, unless the process's queue sheds it (``Queue``) or it works on
-        as many requests as it may (``IN_FLIGHT``): then 503 at once."""
-        waited_briefly = self.queue.admits(self.waited(), self.loop.time())
-        room = IN_FLIGHT.count < self.max_in_flight
-        if (waited_briefly and room) or cycle.scope["path"] in ALWAYS_ADMITTED:
-            IN_FLIGHT.count += 1
-            self.answering = True
+        """Starts the request's task, unless the process works on as many requests as it may
+        (``IN_FLIGHT``) or the request will have waited too long when its task runs
+        (``Queue.refuses_already``, with the wait for the tasks ahead of it): then 503 at once,
+        before a task is made. Whether it is served is decided when its task first runs
+        (``_taken_up``)."""
+        if cycle.scope["path"] in ALWAYS_ADMITTED:
+            self._count_in_flight()
             super()._start_asgi_task(cycle, app)
             return
+        now = self.loop.time()
+        waited = self._since_last_byte() + READ_LINE.ahead()
+        late_when_read = waited > self.queue.target
+        if IN_FLIGHT.count >= self.max_in_flight:
+            self._refuse_busy(cycle, "in flight")
+        elif self.queue.refuses_already(waited, now, IN_FLIGHT.ahead(), late_when_read):
+            self._refuse_busy(cycle, "queue")
+        else:
+            self._count_in_flight()
+            ahead = IN_FLIGHT.unstarted
+            IN_FLIGHT.unstarted += 1
+            taken_up = functools.partial(
+                self._taken_up, cycle, app, now - waited, late_when_read, now, ahead
+            )
+            super()._start_asgi_task(cycle, taken_up)
+
+    async def _taken_up(
+        self,
+        cycle: RequestResponseCycle,
+        app: ASGI3Application,
+        arrived: float,
+        late_when_read: bool,
+        read: float,
+        ahead: int,
+        scope: Any,
+        receive: Any,
+        send: Any,
+    ) -> None:
+        """Runs the request if the process's queue serves it (``Queue.admits``), by its wait
+        from its last byte's arrival to now, when its task first runs. Not when it was read:
+        the tasks started in one turn of the event loop run one after another in the next, so
+        the last of them waited for all the others too (10-25 ms at twice the load the process
+        can serve, ``bench/HISTORY.md``)."""
+        now = self.loop.time()
+        IN_FLIGHT.started(now - read, ahead)
+        if self.queue.admits(now - arrived, now, late_when_read):
+            await app(scope, receive, send)
+            return
+        self._answered()
+        cycle.response_started = cycle.response_complete = True  # nothing more of it is sent
+        self._refuse_busy(cycle, "queue")
+
+    def _count_in_flight(self) -> None:
+        IN_FLIGHT.count += 1
+        self.answering = True
+
+    def _refuse_busy(self, cycle: RequestResponseCycle, why: str) -> None:
         cycle.response_complete = True  # the parser's calls for the rest of it do nothing
-        REFUSALS.refused(cycle.scope["method"], "queue" if not waited_briefly else "in flight")
+        REFUSALS.refused(cycle.scope["method"], why)
         self._close_with(BUSY_ANSWER)
 
     # -- uvicorn's protocol, extended -------------------------------------------------------
@@ -406,7 +503,10 @@ def http_protocol(**uvicorn_arguments: Any) -> asyncio.Protocol:
         if IN_FLIGHT.count >= limits.max_in_flight:
             return "in flight"
         waited = None if sock is None else kernel_wait(sock)
-        if waited is not None and not queue.admits(waited + READ_LINE.ahead(), loop.time()):
+        if waited is None:
+            return None
+        waited += READ_LINE.ahead()
+        if queue.refuses_already(waited, loop.time(), IN_FLIGHT.ahead(), waited > queue.target):
             return "queue"
         return None
 

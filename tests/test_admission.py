@@ -8,11 +8,15 @@ so which way each request goes depends on the bound, not on how fast the host ru
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import re
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -168,6 +172,37 @@ def test_while_shedding_only_a_whole_plain_head_is_refused_from_its_first_bytes(
     assert int(counted.group(1)) == 2
 
 
+@contextlib.contextmanager
+def serving_in_thread(app: Any) -> Iterator[httpx.Client]:
+    """``app`` served in this process by uvicorn with ``kuitti serve``'s protocol, on a thread
+    of its own; a client of it."""
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, http=HTTP_PROTOCOL, lifespan="off", log_level="error")
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]})
+    thread.start()
+    try:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", timeout=SOCKET_TIMEOUT_SECONDS
+        ) as http:
+            deadline = time.monotonic() + SOCKET_TIMEOUT_SECONDS
+            while not server.started:
+                assert time.monotonic() < deadline, "the server never started"
+                time.sleep(0.01)
+            yield http
+    finally:
+        server.should_exit = True
+        thread.join(SOCKET_TIMEOUT_SECONDS)
+
+
+async def answer_ok(send: Send) -> None:
+    headers = [(b"content-type", b"text/plain")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
 def test_a_request_answered_is_out_of_flight_while_its_task_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -185,31 +220,68 @@ def test_a_request_answered_is_out_of_flight_while_its_task_goes_on(
         if scope["type"] != "http":
             return
         loop = asyncio.get_running_loop()
-        headers = [(b"content-type", b"text/plain")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": b"ok"})
+        await answer_ok(send)
         await release.wait()  # the work after the answer
 
-    listening = socket.create_server(("127.0.0.1", 0))
-    port = listening.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(answers_then_works, http=HTTP_PROTOCOL, lifespan="off", log_level="error")
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]})
-    thread.start()
     try:
-        with httpx.Client(
-            base_url=f"http://127.0.0.1:{port}", timeout=SOCKET_TIMEOUT_SECONDS
-        ) as http:
-            deadline = time.monotonic() + SOCKET_TIMEOUT_SECONDS
-            while not server.started:
-                assert time.monotonic() < deadline, "the server never started"
-                time.sleep(0.01)
+        with serving_in_thread(answers_then_works) as http:
             statuses = [http.get("/not-kuitti").status_code for _ in range(3)]
-        assert statuses == [200, 200, 200]
+            assert statuses == [200, 200, 200]
+            if loop is not None:
+                loop.call_soon_threadsafe(release.set)
     finally:
-        if loop is not None:
-            loop.call_soon_threadsafe(release.set)
-        server.should_exit = True
-        thread.join(SOCKET_TIMEOUT_SECONDS)
         edge.edge_limits.cache_clear()
+
+
+def test_a_request_read_in_time_but_taken_up_late_is_refused_under_a_standing_queue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wait that counts ends when the request's task first runs, not when its head was
+    read: the tasks started in one turn of the event loop run one after another in the next.
+    Two requests are read in one turn, each within the target; the first taken up holds the
+    loop for twice the target, so the other has waited past it when its turn comes, and under
+    a standing queue it is refused."""
+    target = 0.05
+    monkeypatch.setenv("KUITTI_QUEUE_TARGET_SECONDS", str(target))
+    edge.edge_limits.cache_clear()
+    edge.process_queue.cache_clear()
+    limits = edge.edge_limits()
+    queue = edge.process_queue(limits.longest_wait, limits.target_wait)
+    queue.standing, queue.interval = True, math.inf  # one interval, never ending, standing
+    holding, go_on = threading.Event(), threading.Event()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/hold":  # the loop held until both requests are sent
+            holding.set()
+            go_on.wait(SOCKET_TIMEOUT_SECONDS)
+        elif scope["path"] == "/work":
+            time.sleep(2 * target)  # the application's own work, on the loop
+        await answer_ok(send)
+
+    try:
+        with serving_in_thread(app) as http:
+            port = int(str(http.base_url).rstrip("/").rsplit(":", 1)[1])
+            pair = [
+                socket.create_connection(("127.0.0.1", port), SOCKET_TIMEOUT_SECONDS)
+                for _ in range(2)
+            ]
+            for sock in pair:  # each connection taken up by the process before the test
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert first_line(sock) == b"HTTP/1.1 200 OK"
+            holder = threading.Thread(target=http.get, args=("/hold",))
+            holder.start()
+            assert holding.wait(SOCKET_TIMEOUT_SECONDS)
+            for sock in pair:
+                sock.sendall(b"GET /work HTTP/1.1\r\nHost: x\r\n\r\n")
+            go_on.set()
+            holder.join(SOCKET_TIMEOUT_SECONDS)
+            statuses = sorted(first_line(sock) for sock in pair)
+            for sock in pair:
+                sock.close()
+        assert statuses == [b"HTTP/1.1 200 OK", b"HTTP/1.1 503 Service Unavailable"]
+    finally:
+        go_on.set()
+        edge.edge_limits.cache_clear()
+        edge.process_queue.cache_clear()

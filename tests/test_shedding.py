@@ -27,7 +27,7 @@ from sqlalchemy import select, text
 
 from kuitti.admission import STANDING_REQUESTS
 from kuitti.db import ASYNC_READ_CONNECTIONS, READ_LINE, Database, ReadLine
-from kuitti.edge import Queue
+from kuitti.edge import SHARE_WEIGHT, InFlight, Queue
 from kuitti.errors import ServiceBusy
 from kuitti.models import Partner
 from kuitti.services import Services
@@ -117,7 +117,7 @@ class TestQueue:
 
     def test_a_wait_past_the_longest_is_refused_and_a_short_one_served(self) -> None:
         queue = Queue(1.0, 0.25, 0.2)
-        assert not queue.admits(1.001, now=10.0)
+        assert not queue.admits(1.001, late_when_read=True, now=10.0)
         assert queue.admits(0.0, now=10.01)
 
     def test_a_queue_stands_from_the_late_request_that_shows_it(self) -> None:
@@ -126,23 +126,31 @@ class TestQueue:
         the next interval's."""
         queue = Queue(1.0, 0.25, 0.2)
         late = STANDING_REQUESTS - 1
-        assert all(queue.admits(0.9, now=10.0 + step / 1000) for step in range(late))
+        assert all(
+            queue.admits(0.9, late_when_read=True, now=10.0 + step / 1000) for step in range(late)
+        )
         assert not queue.standing
-        assert not queue.admits(0.9, now=10.1)
+        assert not queue.admits(0.9, late_when_read=True, now=10.1)
         assert queue.standing
         assert queue.admits(0.1, now=10.11)  # fresh requests are served meanwhile
         # The interval's late requests decide the next one: it serves the fresh only.
         assert queue.admits(0.1, now=10.25)
-        assert not queue.admits(0.3, now=10.26)
+        assert not queue.admits(0.3, late_when_read=True, now=10.26)
         assert queue.admits(0.1, now=10.3)
-        assert queue.admits(0.9, now=10.5)  # the interval before was mostly fresh
+        assert queue.admits(
+            0.9, late_when_read=True, now=10.5
+        )  # the interval before was mostly fresh
         assert not queue.standing
 
     def test_a_queue_with_more_fresh_requests_than_late_does_not_stand(self) -> None:
         queue = Queue(1.0, 0.25, 0.2)
         assert all(queue.admits(0.1, now=10.0 + step / 1000) for step in range(40))
-        assert all(queue.admits(0.5, now=10.05 + step / 1000) for step in range(40))
-        assert not queue.admits(0.5, now=10.1)  # the 41st late: more late than fresh
+        assert all(
+            queue.admits(0.5, late_when_read=True, now=10.05 + step / 1000) for step in range(40)
+        )
+        assert not queue.admits(
+            0.5, late_when_read=True, now=10.1
+        )  # the 41st late: more late than fresh
         assert queue.standing
 
     def test_a_standing_queue_is_served_only_below_the_target_until_most_wait_less(
@@ -150,33 +158,83 @@ class TestQueue:
     ) -> None:
         queue = Queue(1.0, 0.25, 0.2)
         # 40 late requests in an interval: it stands from the one that makes it 32.
-        served = [queue.admits(0.5, now=10.0 + step / 200) for step in range(40)]
+        served = [
+            queue.admits(0.5, late_when_read=True, now=10.0 + step / 200) for step in range(40)
+        ]
         assert served == [True] * (STANDING_REQUESTS - 1) + [False] * (41 - STANDING_REQUESTS)
         assert queue.admits(0.2, now=10.21)  # below the target: served
         assert queue.standing
-        assert not queue.admits(0.3, now=10.22)  # above the target, refused
-        assert not queue.admits(0.9, now=10.3)
+        assert not queue.admits(0.3, late_when_read=True, now=10.22)  # above the target, refused
+        assert not queue.admits(0.9, late_when_read=True, now=10.3)
         # An interval of few late requests (or fewer than fresh ones) ends it.
         assert queue.admits(0.1, now=10.4)
-        assert queue.admits(0.5, now=10.45)  # not standing again: served
+        assert queue.admits(0.5, late_when_read=True, now=10.45)  # not standing again: served
         assert not queue.standing
 
     def test_a_few_late_requests_are_not_a_standing_queue(self) -> None:
         """A few clients on a host short of CPU: each request late, but a few an interval."""
         queue = Queue(1.0, 0.25, 0.2)
         assert all(
-            queue.admits(0.5, now=10.0 + step / 200) for step in range(STANDING_REQUESTS - 1)
+            queue.admits(0.5, late_when_read=True, now=10.0 + step / 200)
+            for step in range(STANDING_REQUESTS - 1)
         )
-        assert queue.admits(0.5, now=10.25)
+        assert queue.admits(0.5, late_when_read=True, now=10.25)
         assert not queue.standing
 
     def test_an_interval_long_ago_decides_nothing(self) -> None:
         queue = Queue(1.0, 0.25, 0.2)
         for step in range(100):
-            queue.admits(0.5, now=10.0 + step / 1000)
+            queue.admits(0.5, late_when_read=True, now=10.0 + step / 1000)
         assert queue.standing
-        assert queue.admits(0.5, now=11.0)  # the late interval ended 0.8 s ago
+        assert queue.admits(0.5, late_when_read=True, now=11.0)  # the late interval ended 0.8 s ago
         assert not queue.standing
+
+    def test_a_request_refused_before_it_is_taken_up_is_counted_once(self) -> None:
+        """``refuses_already`` refuses only what ``admits`` would refuse whatever the rest of
+        the wait, the wait for the requests ahead included, and counts only what it refuses:
+        the rest ``admits`` counts when the request is taken up."""
+        queue = Queue(1.0, 0.25, 0.2)
+        assert not queue.refuses_already(0.5, now=10.0)  # late, but the queue does not stand
+        assert (queue.late, queue.fresh) == (0, 0)
+        assert queue.refuses_already(1.5, now=10.01, late_when_read=True)  # past the longest
+        assert (queue.late, queue.fresh, queue.late_when_read) == (1, 0, 1)
+        queue.standing = True
+        assert not queue.refuses_already(0.1, now=10.02, ahead=0.1)  # in time, all told
+        assert queue.refuses_already(0.1, now=10.03, ahead=0.2)  # late behind the others
+        assert (queue.late, queue.fresh, queue.late_when_read) == (2, 0, 1)
+        assert queue.admits(0.2, now=10.04)
+        assert (queue.late, queue.fresh) == (2, 1)
+
+    def test_requests_late_only_inside_the_process_do_not_make_a_queue_stand(self) -> None:
+        """Clients that each send their next request on the last one's answer: however late
+        their requests when taken up, the wait is their own queue's, bounded by their number,
+        and none arrived late. Only requests late before the process read them (the accept
+        queue of an overloaded process) make it stand."""
+        queue = Queue(1.0, 0.25, 0.2)
+        assert all(queue.admits(0.5, now=10.0 + step / 1000) for step in range(100))
+        assert not queue.standing
+        for step in range(STANDING_REQUESTS - 1):
+            assert queue.admits(0.5, now=10.1 + step / 1000, late_when_read=True)
+        assert not queue.standing
+        assert not queue.admits(0.5, now=10.15, late_when_read=True)
+        assert queue.standing
+
+
+class TestInFlight:
+    def test_the_wait_ahead_is_the_unstarted_requests_by_what_each_cost_the_loop(self) -> None:
+        in_flight = InFlight()
+        in_flight.unstarted = 3
+        assert in_flight.ahead() == 0.0  # nothing learnt yet
+        in_flight.started(lag=0.004, ahead=2)  # 2 ms a request ahead
+        assert in_flight.unstarted == 2
+        assert in_flight.share == pytest.approx(0.002 * SHARE_WEIGHT)
+        for _ in range(200):
+            in_flight.unstarted += 1
+            in_flight.started(lag=0.004, ahead=2)
+        assert in_flight.share == pytest.approx(0.002)
+        assert in_flight.ahead() == pytest.approx(0.004)
+        in_flight.started(lag=0.5, ahead=0)  # nothing ahead: the lag says nothing of a share
+        assert in_flight.share == pytest.approx(0.002)
 
 
 def reads_waiting_on_a_lock(services: Services) -> int:
