@@ -60,6 +60,7 @@ from kuitti.admission import (
 )
 from kuitti.config import load_settings
 from kuitti.db import READ_LINE
+from kuitti.metrics import REQUEST_WAIT
 from kuitti.protocols import HttpToolsJsonErrors, closing_answer
 
 # ``struct tcp_info`` (linux/tcp.h) up to ``tcpi_last_data_recv``: the milliseconds since the
@@ -343,10 +344,13 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
         from its last byte's arrival to now, when its task first runs. Not when it was read:
         the tasks started in one turn of the event loop run one after another in the next, so
         the last of them waited for all the others too (10-25 ms at twice the load the process
-        can serve, ``bench/HISTORY.md``)."""
+        can serve, ``bench/HISTORY.md``). The wait of each request served is in
+        ``kuitti_request_wait_seconds``."""
         now = self.loop.time()
         IN_FLIGHT.started(now - read, ahead)
-        if self.queue.admits(now - arrived, now, late_when_read):
+        waited = now - arrived
+        if self.queue.admits(waited, now, late_when_read):
+            REQUEST_WAIT.observe(waited)
             await app(scope, receive, send)
             return
         self._answered()

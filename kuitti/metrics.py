@@ -16,6 +16,12 @@ HTTP_LATENCY = Histogram(
     buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 
+REQUEST_WAIT = Histogram(
+    "kuitti_request_wait_seconds",
+    "Time from a served request's arrival to its process's start on it (kuitti serve)",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5),
+)
+
 _REQUEST_COUNTERS: dict[tuple[str, str, int], Any] = {}
 _REQUEST_TIMERS: dict[tuple[str, str], Any] = {}
 

@@ -22,6 +22,7 @@ import httpx
 import orjson
 import pytest
 import uvicorn
+from prometheus_client import REGISTRY
 from uvicorn._types import ASGIReceiveCallable as Receive
 from uvicorn._types import ASGISendCallable as Send
 from uvicorn._types import Scope
@@ -285,3 +286,53 @@ def test_a_request_read_in_time_but_taken_up_late_is_refused_under_a_standing_qu
         go_on.set()
         edge.edge_limits.cache_clear()
         edge.process_queue.cache_clear()
+
+
+def test_the_wait_of_each_request_served_is_in_its_metric() -> None:
+    """``kuitti_request_wait_seconds`` holds each served request's wait, from its arrival to
+    the process's start on it: a request sent while the event loop is held waited at least as
+    long as the loop stayed held after it was sent. The health endpoints, always served, are
+    not counted."""
+
+    def wait_metric() -> tuple[float, float]:
+        count = REGISTRY.get_sample_value("kuitti_request_wait_seconds_count")
+        total = REGISTRY.get_sample_value("kuitti_request_wait_seconds_sum")
+        return count or 0.0, total or 0.0
+
+    holding, go_on = threading.Event(), threading.Event()
+    held_for = 0.05  # a wait made real by holding the loop, compared with what was measured
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/hold":
+            holding.set()
+            go_on.wait(SOCKET_TIMEOUT_SECONDS)
+        await answer_ok(send)
+
+    edge.process_queue.cache_clear()
+    try:
+        with serving_in_thread(app) as http:
+            port = int(str(http.base_url).rstrip("/").rsplit(":", 1)[1])
+            with socket.create_connection(("127.0.0.1", port), SOCKET_TIMEOUT_SECONDS) as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert first_line(sock) == b"HTTP/1.1 200 OK"
+                count, total = wait_metric()
+                holder = threading.Thread(target=http.get, args=("/hold",))
+                holder.start()
+                assert holding.wait(SOCKET_TIMEOUT_SECONDS)
+                sock.sendall(b"GET /work HTTP/1.1\r\nHost: x\r\n\r\n")
+                sent = time.monotonic()
+                while time.monotonic() - sent < held_for:
+                    time.sleep(held_for / 10)
+                held = time.monotonic() - sent
+                go_on.set()
+                holder.join(SOCKET_TIMEOUT_SECONDS)
+                assert first_line(sock) == b"HTTP/1.1 200 OK"
+        after_count, after_total = wait_metric()
+    finally:
+        go_on.set()
+        edge.process_queue.cache_clear()
+    assert after_count == count + 2  # /hold and /work, not /healthz
+    # The kernel counts the wait in ticks of up to 4 ms (HZ=250).
+    assert after_total - total >= held - 0.005
