@@ -113,17 +113,15 @@ class Queue:
             return True
         return not self._counts_late(waited, late_when_read)
 
-    def refuses_already(
-        self, waited: float, now: float, ahead: float = 0.0, late_when_read: bool = False
-    ) -> bool:
+    def refuses_already(self, waited: float, now: float, ahead: float = 0.0) -> bool:
         """Whether a request read now, after waiting ``waited``, is refused whatever follows,
         with the ``ahead`` seconds it will wait for the requests read before it. Counted only
-        if so: otherwise ``admits`` counts it when it is taken up, so each request is counted
-        once."""
+        if so (late when read if ``waited`` passed the target): otherwise ``admits`` counts it
+        when it is taken up, so each request is counted once."""
         self._interval_at(now)
         if waited + ahead <= self.target or not (self.standing or waited > self.longest):
             return False
-        return self._counts_late(waited + ahead, late_when_read)
+        return self._counts_late(waited + ahead, waited > self.target)
 
     def _interval_at(self, now: float) -> None:
         if now - self.began > self.interval:
@@ -314,15 +312,15 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
             return
         now = self.loop.time()
         waited = self._since_last_byte() + READ_LINE.ahead()
-        late_when_read = waited > self.queue.target
         if IN_FLIGHT.count >= self.max_in_flight:
             self._refuse_busy(cycle, "in flight")
-        elif self.queue.refuses_already(waited, now, IN_FLIGHT.ahead(), late_when_read):
+        elif self.queue.refuses_already(waited, now, IN_FLIGHT.ahead()):
             self._refuse_busy(cycle, "queue")
         else:
             self._count_in_flight()
             ahead = IN_FLIGHT.unstarted
             IN_FLIGHT.unstarted += 1
+            late_when_read = waited > self.queue.target
             taken_up = functools.partial(
                 self._taken_up, cycle, app, now - waited, late_when_read, now, ahead
             )
@@ -510,7 +508,7 @@ def http_protocol(**uvicorn_arguments: Any) -> asyncio.Protocol:
         if waited is None:
             return None
         waited += READ_LINE.ahead()
-        if queue.refuses_already(waited, loop.time(), IN_FLIGHT.ahead(), waited > queue.target):
+        if queue.refuses_already(waited, loop.time(), IN_FLIGHT.ahead()):
             return "queue"
         return None
 

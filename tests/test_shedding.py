@@ -196,7 +196,7 @@ class TestQueue:
         queue = Queue(1.0, 0.25, 0.2)
         assert not queue.refuses_already(0.5, now=10.0)  # late, but the queue does not stand
         assert (queue.late, queue.fresh) == (0, 0)
-        assert queue.refuses_already(1.5, now=10.01, late_when_read=True)  # past the longest
+        assert queue.refuses_already(1.5, now=10.01)  # past the longest
         assert (queue.late, queue.fresh, queue.late_when_read) == (1, 0, 1)
         queue.standing = True
         assert not queue.refuses_already(0.1, now=10.02, ahead=0.1)  # in time, all told
