@@ -17,8 +17,9 @@ Three bounds do it:
   ``kuitti.edge`` from the moment the request is taken up until its response is sent, its
   body's reading included;
 - on PostgreSQL, the wait for a connection of the read pool (``kuitti.db``): a request already
-  taken up that cannot have one within ``POOL_WAIT_SHARE`` of the longest wait is refused
-  rather than queued.
+  taken up that cannot have one within ``POOL_WAIT_SHARE`` of the longest wait, or under a
+  standing queue by its arrival plus the target (``kuitti.db.READ_BY``), is refused rather
+  than queued.
 
 The first two answer from ``kuitti serve``'s protocol with ``BUSY_ANSWER``, bytes encoded once,
 without building a request or running the application (while the process sheds, from the first

@@ -215,9 +215,11 @@ class Settings(BaseSettings):
         0.01,
         gt=0,
         description="Under a standing queue (in a 100 ms interval, most requests and at least "
-        "32 waited longer than this, and at least 32 of them before the process read them), "
-        "the rest of that interval and the next serve only the requests that waited less and "
-        "answer the others 503 at once (kuitti/edge.py; see docs/operations.md).",
+        "32 waited longer than this, and at least 32 of them before the process read them; it "
+        "goes on while over a third do), the rest of that interval and the next serve only the "
+        "requests that waited less, answer the others 503 at once, and on PostgreSQL refuse a "
+        "read still without a connection this long after its request arrived (kuitti/edge.py; "
+        "see docs/operations.md).",
     )
     max_requests_in_flight: int = Field(
         64,

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -331,6 +332,15 @@ class ReadLine:
 
 READ_LINE = ReadLine()
 """The process's one line: its event loop's reads all wait in it."""
+
+READ_BY: ContextVar[float | None] = ContextVar("read_by", default=None)
+"""The event loop's time by which the current request's reads must have a connection, set by
+``kuitti.edge`` for a request taken up under a standing queue (its arrival plus the target): a
+read still waiting then is refused (``ServiceBusy``), as it would have been had it waited in
+the kernel. None: a read waits the busy wait."""
+SHORTEST_READ_WAIT = 0.0005
+"""The least a read past its ``READ_BY`` waits for a connection: psycopg's pool refuses a wait
+of zero even when a connection is free."""
 
 # A pooled PostgreSQL connection idle for longer than this is tested before it is handed out.
 PING_AFTER_IDLE_SECONDS = 1.0
@@ -828,10 +838,14 @@ async def _connection(pool: AsyncConnectionPool, busy_wait: float | None) -> Asy
     """A connection of ``pool``, waited for in ``READ_LINE``. With ``busy_wait``, a request that
     finds every connection the pool may have taken waits at most that long for one, then is
     refused (``ServiceBusy``: the process has more reads than connections, and a longer wait
-    would only queue); one that waits because connections cannot be made waits the pool's whole
-    timeout (then ``PoolTimeout``: the database is away)."""
+    would only queue), or until its request's ``READ_BY`` if that comes first; one that waits
+    because connections cannot be made waits the pool's whole timeout (then ``PoolTimeout``:
+    the database is away)."""
     loop = asyncio.get_running_loop()
     joined = loop.time()
+    read_by = READ_BY.get()
+    if busy_wait is not None and read_by is not None:
+        busy_wait = min(busy_wait, max(read_by - joined, SHORTEST_READ_WAIT))
     READ_LINE.waiting += 1
     try:
         try:

@@ -59,7 +59,7 @@ from kuitti.admission import (
     STANDING_REQUESTS,
 )
 from kuitti.config import load_settings
-from kuitti.db import READ_LINE
+from kuitti.db import READ_BY, READ_LINE
 from kuitti.metrics import REQUEST_WAIT
 from kuitti.protocols import HttpToolsJsonErrors, closing_answer
 
@@ -77,12 +77,12 @@ class Queue:
     The queue stands (more load than the process can serve) from the request that makes an
     interval hold at least ``STANDING_REQUESTS`` requests that waited longer than ``target``,
     more of them than not, and ``STANDING_REQUESTS`` already late when the process read them
-    (their wait in the kernel, and on PostgreSQL the process's read line).
-    From then on, and through the next interval, only the requests that waited less than the
-    target are served, and the rest answered 503 at once; an interval that no longer holds
-    that many ends it. A burst of fewer late requests is served; so are a few clients on a
-    host short of CPU, each of their requests late because the process was not running rather
-    than because others were ahead of it.
+    (their wait in the kernel, and on PostgreSQL the process's read line). From then on, and
+    through the next interval, only the requests that waited less than the target are served,
+    and the rest answered 503 at once; an interval with fewer late ones, or fewer than a third
+    late, ends it. A burst of fewer late requests is served; so are a few clients on a host
+    short of CPU, each of their requests late because the process was not running rather than
+    because others were ahead of it.
 
     Most, not every: the process takes up at once every connection that arrived while it was
     busy, oldest first, so the last of them waited little even under a standing queue, and
@@ -138,8 +138,14 @@ class Queue:
         return self.standing or waited > self.longest
 
     def _stands(self) -> bool:
+        """More late requests than fresh ones make a queue stand; once it stands, a third late
+        keeps it: shedding half the load leaves late and fresh about equal, and "more late"
+        alone switched on and off from one interval to the next (``bench/HISTORY.md``)."""
+        weight = 2 if self.standing else 1
         return (
-            STANDING_REQUESTS <= self.late > self.fresh and self.late_when_read >= STANDING_REQUESTS
+            self.late >= STANDING_REQUESTS
+            and weight * self.late > self.fresh
+            and self.late_when_read >= STANDING_REQUESTS
         )
 
 
@@ -343,12 +349,16 @@ class BoundedHttpToolsProtocol(HttpToolsJsonErrors):
         the tasks started in one turn of the event loop run one after another in the next, so
         the last of them waited for all the others too (10-25 ms at twice the load the process
         can serve, ``bench/HISTORY.md``). The wait of each request served is in
-        ``kuitti_request_wait_seconds``."""
+        ``kuitti_request_wait_seconds``. Under a standing queue its reads must have their
+        connections by its arrival plus the target (``kuitti.db.READ_BY``): on PostgreSQL the
+        queue goes on in the read line, after the task starts."""
         now = self.loop.time()
         IN_FLIGHT.started(now - read, ahead)
         waited = now - arrived
         if self.queue.admits(waited, now, late_when_read):
             REQUEST_WAIT.observe(waited)
+            if self.queue.standing:
+                READ_BY.set(arrived + self.queue.target)  # this task's reads, no other's
             await app(scope, receive, send)
             return
         self._answered()

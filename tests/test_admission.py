@@ -29,6 +29,7 @@ from uvicorn._types import Scope
 
 from kuitti import admission, edge
 from kuitti.admission import Refusals
+from kuitti.db import READ_BY
 from kuitti.protocols import HTTP_PROTOCOL
 from kuitti.services import Services
 from tests.logcapture import captured_logs
@@ -284,6 +285,42 @@ def test_a_request_read_in_time_but_taken_up_late_is_refused_under_a_standing_qu
         assert statuses == [b"HTTP/1.1 200 OK", b"HTTP/1.1 503 Service Unavailable"]
     finally:
         go_on.set()
+        edge.edge_limits.cache_clear()
+        edge.process_queue.cache_clear()
+
+
+def test_a_request_served_under_a_standing_queue_has_a_deadline_for_its_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a standing queue the queue goes on in PostgreSQL's read line, after the task
+    starts: a request served then must have its reads' connections by its arrival plus the
+    target (``READ_BY``), which is after its task starts and no later than the target from
+    then. A request served while no queue stands has no deadline."""
+    target = 5.0  # far above any wait of a request sent alone, however slow the host
+    monkeypatch.setenv("KUITTI_MAX_QUEUE_SECONDS", str(2 * target))
+    monkeypatch.setenv("KUITTI_QUEUE_TARGET_SECONDS", str(target))
+    edge.edge_limits.cache_clear()
+    edge.process_queue.cache_clear()
+    limits = edge.edge_limits()
+    queue = edge.process_queue(limits.longest_wait, limits.target_wait)
+    seen: list[tuple[float | None, float]] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        seen.append((READ_BY.get(), asyncio.get_running_loop().time()))
+        await answer_ok(send)
+
+    try:
+        with serving_in_thread(app) as http:
+            assert http.get("/work").status_code == 200
+            queue.standing, queue.interval = True, math.inf  # one interval, never ending
+            assert http.get("/work").status_code == 200
+        (unset, _), (read_by, started) = seen
+        assert unset is None
+        assert read_by is not None
+        assert started < read_by <= started + target
+    finally:
         edge.edge_limits.cache_clear()
         edge.process_queue.cache_clear()
 

@@ -26,7 +26,7 @@ import pytest
 from sqlalchemy import select, text
 
 from kuitti.admission import STANDING_REQUESTS
-from kuitti.db import ASYNC_READ_CONNECTIONS, READ_LINE, Database, ReadLine
+from kuitti.db import ASYNC_READ_CONNECTIONS, READ_BY, READ_LINE, Database, ReadLine
 from kuitti.edge import SHARE_WEIGHT, InFlight, Queue
 from kuitti.errors import ServiceBusy
 from kuitti.models import Partner
@@ -205,6 +205,30 @@ class TestQueue:
         assert queue.admits(0.2, now=10.04)
         assert (queue.late, queue.fresh) == (2, 1)
 
+    def test_a_standing_queue_stands_while_a_third_of_an_interval_is_late(self) -> None:
+        """Shedding half the load leaves late and fresh requests about equal: it takes more
+        late than fresh to make a queue stand, but more than a third late keeps it standing."""
+
+        def interval(queue: Queue, began: float, late: int, fresh: int) -> None:
+            for step in range(fresh):
+                queue.admits(0.1, now=began + step / 1000)
+            for step in range(late):
+                queue.admits(0.5, late_when_read=True, now=began + (fresh + step) / 1000)
+
+        never_stood = Queue(1.0, 0.25, 0.2)
+        interval(never_stood, 10.0, late=40, fresh=70)
+        interval(never_stood, 10.21, late=40, fresh=70)
+        assert not never_stood.standing
+
+        queue = Queue(1.0, 0.25, 0.2)
+        interval(queue, 10.0, late=40, fresh=0)
+        assert queue.standing
+        interval(queue, 10.21, late=40, fresh=70)  # 40 of 110 late: over a third
+        interval(queue, 10.42, late=34, fresh=70)  # decided by the interval before: standing
+        assert queue.standing
+        interval(queue, 10.63, late=0, fresh=1)  # 34 of 104: under a third
+        assert not queue.standing
+
     def test_requests_late_only_inside_the_process_do_not_make_a_queue_stand(self) -> None:
         """Clients that each send their next request on the last one's answer: however late
         their requests when taken up, the wait is their own queue's, bounded by their number,
@@ -303,6 +327,36 @@ def test_a_read_that_finds_every_connection_taken_is_refused_after_the_busy_wait
             with pytest.raises(ServiceBusy):
                 await db.read_rows_async(select(Partner.id), {})
         assert await db.read_rows_async(select(Partner.id), {})
+
+    with_async_reads(db, scenario)
+
+
+@pytest.mark.postgres_only
+def test_a_read_waits_for_a_connection_no_later_than_its_requests_deadline(
+    services: Services,
+) -> None:
+    """Under a standing queue a request's reads must have their connections by its deadline
+    (``READ_BY``, set by the edge). With every connection held and a busy wait longer than the
+    test allows, a read whose deadline passed, and one whose deadline comes while it waits, are
+    refused as busy; a read past its deadline that finds a connection free is served."""
+    make_partner(services, name="Määräaika Oy")
+    db = Database(
+        services.db.url, async_read_wait=SOCKET_TIMEOUT_SECONDS, busy_wait=SOCKET_TIMEOUT_SECONDS
+    )
+
+    async def read_by(seconds_from_now: float) -> list[tuple[object, ...]]:
+        READ_BY.set(asyncio.get_running_loop().time() + seconds_from_now)  # this task's only
+        return await db.read_rows_async(select(Partner.id), {})
+
+    within = SOCKET_TIMEOUT_SECONDS / 2  # far less than the busy wait
+
+    async def scenario() -> None:
+        async with every_read_connection_held(services, db):
+            for seconds_from_now in (-1.0, 0.05):
+                with pytest.raises(ServiceBusy):
+                    await asyncio.wait_for(read_by(seconds_from_now), within)
+        assert READ_BY.get() is None
+        assert await asyncio.wait_for(read_by(-1.0), within)
 
     with_async_reads(db, scenario)
 
